@@ -1,0 +1,62 @@
+"""The one Spark session factory.
+
+The master comes from configuration (default ``local[2]``). Logs are quiet, the UI is
+off unless asked for, and shuffles are small, because micro-batches here are small and
+Spark's default of 200 shuffle partitions would dominate every trigger.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from scheduler.errors import MoiraeError
+
+
+class JavaMissing(MoiraeError, RuntimeError):
+    """No Java 17+ runtime on this machine."""
+
+
+def java_major_version() -> int:
+    """The major version of the ``java`` on PATH (or under JAVA_HOME), or raise JavaMissing."""
+    java = shutil.which("java")
+    if os.environ.get("JAVA_HOME"):
+        candidate = os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+        if os.path.exists(candidate):
+            java = candidate
+    if not java:
+        raise JavaMissing("Java 17+ is required by Spark but no `java` is on PATH; install a JDK 17")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
+    text = out.stderr or out.stdout
+    for token in text.replace('"', " ").split():
+        head = token.split(".")[0]
+        if head.isdigit() and "." in token:
+            major = int(head)
+            return 8 if major == 1 else major
+    raise JavaMissing(f"could not read the Java version from {text.strip()!r}")
+
+
+def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool = False,
+                  shuffle_partitions: int = 2, extra: dict[str, str] | None = None):
+    """Return (creating if needed) the process's SparkSession, configured for Moirae."""
+    major = java_major_version()
+    if major < 17:
+        raise JavaMissing(f"Spark 4 needs Java 17+, found Java {major}")
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "true" if ui else "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.driver.memory", "2g")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

@@ -1,0 +1,70 @@
+"""Shared fixtures: one Spark session per run, and PostgreSQL both ways.
+
+``pg`` is parametrized over the embedded server (``pgserver``, always) and the external
+server at 127.0.0.1:5432 (or ``MOIRAE_TEST_EXTERNAL_DSN``) when one answers, so every
+database test runs against both (DESIGN.md §5, STYLE.md "Contract suites"). Each test
+gets its own schema, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from archive.pg import Database, embedded_dsn
+
+EXTERNAL_DEFAULT = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+TEST_DATA_DIR = Path(os.environ.get("MOIRAE_TEST_DATA_DIR", Path(__file__).resolve().parent.parent / ".moirae-test"))
+
+
+def _external_dsn() -> str | None:
+    dsn = os.environ.get("MOIRAE_TEST_EXTERNAL_DSN", EXTERNAL_DEFAULT)
+    if os.environ.get("MOIRAE_TEST_EXTERNAL") == "0":
+        return None
+    try:
+        psycopg2.connect(dsn).close()
+    except psycopg2.OperationalError:
+        if os.environ.get("MOIRAE_TEST_EXTERNAL") == "1":
+            raise
+        return None
+    return dsn
+
+
+_BACKENDS: dict[str, str | None] = {}
+
+
+def _backend_dsn(kind: str) -> str | None:
+    if kind not in _BACKENDS:
+        _BACKENDS[kind] = embedded_dsn(TEST_DATA_DIR) if kind == "embedded" else _external_dsn()
+    return _BACKENDS[kind]
+
+
+@pytest.fixture(scope="session", params=["embedded", "external"])
+def pg_dsn(request) -> str:
+    """A DSN for each PostgreSQL backend; the external one is skipped when none answers."""
+    dsn = _backend_dsn(request.param)
+    if dsn is None:
+        pytest.skip("no external PostgreSQL at 127.0.0.1:5432 (set MOIRAE_TEST_EXTERNAL=1 to require it)")
+    return dsn
+
+
+@pytest.fixture
+def pg(pg_dsn) -> Database:
+    """A Database confined to a fresh schema, dropped after the test."""
+    db = Database(pg_dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
+    yield db
+    db.drop_schema()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The one SparkSession of the test run."""
+    from moirae.spark import spark_session
+
+    session = spark_session(master="local[2]", app_name="moirae-tests")
+    yield session
+    session.stop()
