@@ -25,3 +25,23 @@ class SchedulerError(MoiraeError):
 
 class UnknownTask(SchedulerError, LookupError):
     """A task id (or event id) the scheduler does not hold."""
+
+
+class UnknownEvent(UnknownTask):
+    """An event id with no task in the scheduler (never submitted, or all ended)."""
+
+
+class DuplicateTask(SchedulerError, ValueError):
+    """A task id submitted twice."""
+
+
+class InvalidTickets(SchedulerError, ValueError):
+    """A ticket count that is not a positive integer, or is below the floor."""
+
+
+class TaskNotRunning(SchedulerError, RuntimeError):
+    """``complete`` for a task that holds no quantum in flight."""
+
+
+class InvalidSchedulerConfig(SchedulerError, ValueError):
+    """A scheduler setting out of range; the message names the key and value."""

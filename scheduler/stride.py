@@ -1,0 +1,227 @@
+"""One stride-scheduling queue: Waldspurger and Weihl's dynamic algorithm (M 4.4, [49]).
+
+Each client holds ``tickets``; its ``stride`` is ``STRIDE1 / tickets`` and its ``pass``
+advances by one stride per quantum it is granted. The client with the lowest pass runs
+next (ties: lowest submission number). A *global pass* advances by the global stride
+``STRIDE1 / (sum of active tickets)`` per quantum granted in this queue; it is the
+virtual time of a client holding all the tickets, and anchors joins and leaves:
+
+- ``join``: ``pass = global_pass + remain``; a new client's ``remain`` is one stride, so
+  it neither jumps ahead of everyone (starving them) nor starts behind (being starved).
+- ``leave``: ``remain = pass - global_pass`` is kept, and a later ``join`` restores it.
+- ``modify``: the remain is rescaled by ``new_stride / old_stride`` (Waldspurger's
+  ``client_modify``), so a client that gains tickets gets closer to its next quantum.
+
+Arithmetic is exact where the fairness bound depends on it. Strides and passes are
+fractions whose denominator divides the client's ticket count (``stride1 / tickets``),
+so no rounding drift builds up between clients with fixed tickets. The global pass is
+an integer plus a remainder over the global ticket count (Waldspurger's remainder
+tracking); clients join relative to its integer part, which keeps every pass's
+denominator bounded by its own ticket count (joins lose under one pass unit, a
+``1 / stride1`` part of a one-ticket quantum).
+
+>>> q = StrideQueue(stride1=6)
+>>> q.join("a", tickets=3, seq=0); q.join("b", tickets=1, seq=1)
+>>> order = []
+>>> for _ in range(8):
+...     c = q.pick(); q.grant(c); q.release(c); order.append(c)
+>>> "".join(order)
+'aaabaaab'
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from fractions import Fraction
+
+from scheduler.errors import InvalidTickets, UnknownTask
+
+
+@dataclass(slots=True)
+class _Client:
+    tickets: int
+    stride: Fraction
+    pass_: Fraction  # meaningful while active
+    remain: Fraction  # meaningful while inactive (left)
+    seq: int
+    active: bool = True  # counted in the global tickets (runnable or running)
+    runnable: bool = True  # eligible for pick (active and not running)
+    version: int = 0
+
+
+class StrideQueue:
+    """Waldspurger's dynamic stride scheduler over opaque client ids (one priority level).
+
+    ``pick`` returns the runnable client with the lowest ``(pass, seq)`` without changing
+    anything; ``grant`` charges it one quantum and marks it running until ``release``.
+    A running client still holds its tickets (it is in the queue), but is not picked.
+    """
+
+    def __init__(self, stride1: int = 1 << 20) -> None:
+        if stride1 < 1:
+            raise InvalidTickets(f"StrideQueue: stride1 must be >= 1, got {stride1!r}")
+        self.stride1 = stride1
+        self._clients: dict[str, _Client] = {}
+        self._heap: list[tuple[Fraction, int, int, str]] = []
+        self._tickets = 0  # global tickets: sum over active clients
+        self._gpass = 0  # global pass, integer part ...
+        self._grem = 0  # ... plus _grem / _tickets
+        self._runnable = 0
+
+    # -- introspection -------------------------------------------------------------
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._clients
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    @property
+    def global_tickets(self) -> int:
+        return self._tickets
+
+    @property
+    def global_pass(self) -> Fraction:
+        """Exact global pass: integer part plus remainder over the global tickets."""
+        return Fraction(self._gpass) + (Fraction(self._grem, self._tickets) if self._tickets else 0)
+
+    @property
+    def runnable_count(self) -> int:
+        return self._runnable
+
+    def tickets(self, cid: str) -> int:
+        return self._get(cid).tickets
+
+    def stride(self, cid: str) -> Fraction:
+        return self._get(cid).stride
+
+    def pass_of(self, cid: str) -> Fraction:
+        """The client's pass; for a client that left, the pass it would rejoin with now."""
+        c = self._get(cid)
+        return c.pass_ if c.active else self._gpass + c.remain
+
+    # -- Waldspurger's operations --------------------------------------------------
+    def join(self, cid: str, tickets: int, seq: int) -> None:
+        """A new client: ``pass = global_pass + stride`` (``client_init`` + ``client_join``)."""
+        if cid in self._clients:
+            raise InvalidTickets(f"StrideQueue: client {cid!r} already present")
+        _check_tickets(cid, tickets)
+        stride = Fraction(self.stride1, tickets)
+        c = _Client(tickets=tickets, stride=stride, pass_=Fraction(0), remain=stride, seq=seq, active=False)
+        self._clients[cid] = c
+        self.rejoin(cid)
+
+    def rejoin(self, cid: str) -> None:
+        """A client that left comes back at ``global_pass + remain``, runnable."""
+        c = self._get(cid)
+        if c.active:
+            return
+        c.pass_ = self._gpass + c.remain
+        c.active = True
+        self._set_tickets(self._tickets + c.tickets)
+        self._make_runnable(c, cid)
+
+    def leave(self, cid: str) -> None:
+        """Take the client out of the queue, remembering ``remain = pass - global_pass``."""
+        c = self._get(cid)
+        if not c.active:
+            return
+        c.remain = c.pass_ - self._gpass
+        self._make_unrunnable(c)
+        c.active = False
+        self._set_tickets(self._tickets - c.tickets)
+
+    def remove(self, cid: str) -> None:
+        """Forget the client entirely (finished, cancelled or discarded)."""
+        self.leave(cid)
+        del self._clients[cid]
+        self._maybe_compact()
+
+    def modify(self, cid: str, tickets: int) -> None:
+        """Change the client's tickets, rescaling its remain by ``new_stride / old_stride``."""
+        _check_tickets(cid, tickets)
+        c = self._get(cid)
+        if tickets == c.tickets:
+            return
+        scale = Fraction(c.tickets, tickets)  # new_stride / old_stride
+        new_stride = Fraction(self.stride1, tickets)
+        if c.active:
+            remain = (c.pass_ - self._gpass) * scale
+            self._set_tickets(self._tickets - c.tickets + tickets)
+            c.pass_ = self._gpass + remain
+        else:
+            c.remain = c.remain * scale
+        c.tickets, c.stride = tickets, new_stride
+        if c.runnable:  # its heap entry is stale: re-key it
+            c.version += 1
+            heapq.heappush(self._heap, (c.pass_, c.seq, c.version, cid))
+
+    # -- allocation ----------------------------------------------------------------
+    def pick(self) -> str | None:
+        """The runnable client with the lowest (pass, seq), or None. Changes nothing."""
+        heap = self._heap
+        while heap:
+            _, _, version, cid = heap[0]
+            c = self._clients.get(cid)
+            if c is not None and c.runnable and c.version == version:
+                return cid
+            heapq.heappop(heap)
+        return None
+
+    def grant(self, cid: str) -> None:
+        """Charge the client one quantum (``pass += stride``), advance the global pass by
+        the global stride, and mark the client running until :meth:`release`."""
+        c = self._get(cid)
+        if not c.runnable:
+            raise InvalidTickets(f"StrideQueue: client {cid!r} is not runnable")
+        self._make_unrunnable(c)
+        c.pass_ += c.stride
+        # global_pass += stride1 / global_tickets, with the remainder carried exactly
+        self._grem += self.stride1
+        self._gpass += self._grem // self._tickets
+        self._grem %= self._tickets
+
+    def release(self, cid: str) -> None:
+        """The client's quantum is over: it may be picked again."""
+        c = self._get(cid)
+        if c.active and not c.runnable:
+            self._make_runnable(c, cid)
+
+    # -- internals -----------------------------------------------------------------
+    def _get(self, cid: str) -> _Client:
+        try:
+            return self._clients[cid]
+        except KeyError:
+            raise UnknownTask(f"stride queue has no task {cid!r}") from None
+
+    def _set_tickets(self, new: int) -> None:
+        # keep the fractional global pass when the denominator (global tickets) changes
+        old = self._tickets
+        self._grem = self._grem * new // old if old and new else 0
+        self._tickets = new
+
+    def _make_runnable(self, c: _Client, cid: str) -> None:
+        c.runnable = True
+        c.version += 1
+        self._runnable += 1
+        heapq.heappush(self._heap, (c.pass_, c.seq, c.version, cid))
+        self._maybe_compact()
+
+    def _make_unrunnable(self, c: _Client) -> None:
+        if c.runnable:
+            c.runnable = False
+            c.version += 1
+            self._runnable -= 1
+
+    def _maybe_compact(self) -> None:
+        # stale heap entries are dropped lazily; rebuild when they dominate
+        if len(self._heap) > 2 * self._runnable + 64:
+            self._heap = [
+                (c.pass_, c.seq, c.version, cid) for cid, c in self._clients.items() if c.runnable
+            ]
+            heapq.heapify(self._heap)
+
+
+def _check_tickets(cid: str, tickets: object) -> None:
+    if isinstance(tickets, bool) or not isinstance(tickets, int) or tickets < 1:
+        raise InvalidTickets(f"task {cid!r}: tickets must be a positive integer, got {tickets!r}")
