@@ -1,0 +1,177 @@
+"""One history-query over one chunk, safely (M 4.3; DESIGN.md §6 "History-queries").
+
+A template is parsed with sqlglot and must be a single read-only SELECT over registered
+streams. Event attributes are ``:name`` placeholders and are always bound by the driver,
+never formatted into the SQL. At run time every stream reference is replaced by that
+stream restricted to the chunk's interval, so the template's author never writes the
+time predicate. The query runs in a READ ONLY transaction with a statement timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+import psycopg2
+import psycopg2.errors
+import sqlglot
+from sqlglot import exp
+
+from archive.abc import (
+    ArchiveError,
+    HistoryQuery,
+    HistoryQueryCancelled,
+    HistoryQueryTimeout,
+    MissingParameter,
+    UnsafeQuery,
+)
+from archive.names import quote
+
+# Statement kinds that must never appear anywhere inside a history-query.
+_FORBIDDEN = tuple(getattr(exp, n) for n in (
+    "Insert", "Update", "Delete", "Drop", "Create", "Alter", "Command", "Into", "Lock", "Merge",
+    "Copy", "Set", "Transaction", "Commit", "Rollback", "Grant", "TruncateTable", "Use", "Pragma",
+) if hasattr(exp, n))
+
+# Functions that could escape the sandbox: change settings (the timeout among them), touch
+# files, other sessions or other servers. READ ONLY already refuses writes.
+_DENIED_FUNCTIONS = {
+    "set_config", "pg_terminate_backend", "pg_cancel_backend", "pg_reload_conf", "pg_rotate_logfile",
+    "pg_read_file", "pg_read_binary_file", "pg_ls_dir", "pg_stat_file", "lo_import", "lo_export",
+    "lo_get", "lo_put", "lo_from_bytea", "dblink", "dblink_exec", "dblink_connect", "pg_advisory_lock",
+    "pg_advisory_xact_lock", "pg_notify", "txid_current", "nextval", "setval", "query_to_xml",
+    "pg_logical_emit_message", "pg_switch_wal", "pg_create_restore_point", "pg_sleep_until",
+}
+
+
+class HistoryQueryFailed(ArchiveError, RuntimeError):
+    """PostgreSQL refused or failed a history-query; the message carries its error."""
+
+
+def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
+    """Validate ``sql`` and describe it. Raises :class:`UnsafeQuery` naming the problem.
+
+    >>> q = prepare("SELECT avg(bw) FROM metrics h WHERE h.sid = :sid", {"metrics"})
+    >>> q.streams, q.params
+    (('metrics',), ('sid',))
+    >>> prepare("DELETE FROM metrics", {"metrics"})
+    Traceback (most recent call last):
+    ...
+    archive.abc.UnsafeQuery: history-query must be a single SELECT, got DELETE: 'DELETE FROM metrics'
+    """
+    tree = _parse(sql)
+    streams = []
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    for table in tree.find_all(exp.Table):
+        if not table.name or table.name in ctes:
+            continue
+        if table.args.get("db") or table.args.get("catalog"):
+            raise UnsafeQuery(f"history-query may not name a schema-qualified table ({table.sql('postgres')!r})")
+        if table.name not in known_streams:
+            known = ", ".join(sorted(known_streams)) or "none"
+            raise UnsafeQuery(f"history-query reads unknown stream {table.name!r} (archived streams: {known})")
+        if table.name not in streams:
+            streams.append(table.name)
+    if not streams:
+        raise UnsafeQuery(f"history-query reads no archived stream: {sql!r}")
+    params = []
+    for ph in tree.find_all(exp.Placeholder):
+        if not ph.name:
+            raise UnsafeQuery(f"history-query uses a positional placeholder; name it (:name): {sql!r}")
+        if ph.name not in params:
+            params.append(ph.name)
+    return HistoryQuery(sql, tuple(streams), tuple(params))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(sql: str) -> exp.Expression:
+    if not isinstance(sql, str) or not sql.strip():
+        raise UnsafeQuery("history-query is empty")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise UnsafeQuery(f"history-query does not parse: {exc.errors[0]['description'] if exc.errors else exc}") from None
+    if len(statements) != 1:
+        raise UnsafeQuery(f"history-query must be a single statement, got {len(statements)}: {sql!r}")
+    tree = statements[0]
+    if not isinstance(tree, exp.Query):
+        kind = tree.key.upper()
+        raise UnsafeQuery(f"history-query must be a single SELECT, got {kind}: {sql!r}")
+    for node in tree.walk():
+        if isinstance(node, _FORBIDDEN):
+            raise UnsafeQuery(f"history-query may only read; it contains {node.key.upper()}: {sql!r}")
+        if isinstance(node, exp.Func):
+            name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
+            if name in _DENIED_FUNCTIONS:
+                raise UnsafeQuery(f"history-query may not call {name}(): {sql!r}")
+    return tree
+
+
+_MARK = "__moirae_param_{}_end__"
+
+
+@functools.lru_cache(maxsize=512)
+def render(sql: str, ts_cols: tuple[tuple[str, str], ...]) -> str:
+    """The template with each stream replaced by its chunk slice, in psycopg2's
+    ``%(name)s`` style. ``__lo`` / ``__hi`` bind the chunk interval."""
+    tree = _parse(sql).copy()
+    ts_of = dict(ts_cols)
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.name in ts_of and node.name not in ctes:
+            alias = node.alias or node.name
+            ts = quote(ts_of[node.name])
+            sub = sqlglot.parse_one(
+                f"(SELECT * FROM {quote(node.name)} WHERE {ts} >= {_MARK.format('__lo')} "
+                f"AND {ts} < {_MARK.format('__hi')}) AS {quote(alias)}", read="postgres")
+            return sub
+        if isinstance(node, exp.Placeholder):
+            return exp.column(_MARK.format(node.name))
+        return node
+
+    text = tree.transform(swap).sql(dialect="postgres")
+    text = text.replace("%", "%%")
+    return re.sub(r'"?__moirae_param_(\w+?)_end__"?', lambda m: f"%({m.group(1)})s", text)
+
+
+def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
+        conn: Any = None, timeout_ms: int | None = None) -> pd.DataFrame:
+    missing = [p for p in query.params if p not in params]
+    if missing:
+        raise MissingParameter(f"history-query needs a value for :{missing[0]} (given: {sorted(params)})")
+    ts_cols = tuple((s, archiver.stream(s).ts_col) for s in query.streams)
+    text = render(query.template, ts_cols)
+    lo, hi = archiver.grid.bounds(chunk_id)
+    bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
+    timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
+    own = conn is None
+    conn = conn or archiver.connect()
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("BEGIN TRANSACTION READ ONLY")
+            try:
+                cur.execute("SET LOCAL statement_timeout = %s", (timeout,))
+                cur.execute(text, bound)
+                names = [d.name for d in cur.description]
+                rows = cur.fetchall()
+            except psycopg2.errors.QueryCanceled as exc:
+                cur.execute("ROLLBACK")
+                if "timeout" in str(exc):
+                    raise HistoryQueryTimeout(
+                        f"history-query over chunk {chunk_id} exceeded {timeout} ms: {query.template!r}") from None
+                raise HistoryQueryCancelled(f"history-query over chunk {chunk_id} was cancelled") from None
+            except psycopg2.Error as exc:
+                if not conn.closed:
+                    cur.execute("ROLLBACK")
+                msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
+                raise HistoryQueryFailed(f"history-query over chunk {chunk_id} failed: {msg}") from None
+            cur.execute("ROLLBACK")  # read-only: nothing to commit
+        return pd.DataFrame(rows, columns=names)
+    finally:
+        if own:
+            conn.close()

@@ -1,0 +1,195 @@
+"""Tier transitions, retention and the archive's status (M 4.1; DESIGN.md §3).
+
+- ``demote(horizon)``: present chunks whose end is <= the expiry horizon become recent
+  and get the stream's indexes. The horizon comes from Ananke (``min_K W_K - U``) or,
+  for a stream no instrumented query reads, from its own watermark.
+- ``age()``: of each stream's non-present chunks, the newest R are recent (indexed),
+  the rest old (indexes dropped). Always whole chunks: DDL on one partition, never
+  row-by-row deletes.
+- ``apply_retention()``: per-stream policies over expired (old) chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from archive.abc import Tier
+from archive.names import index_name, partition_name, quote
+from archive.streams import Retention
+
+if TYPE_CHECKING:
+    from archive.archiver import Archiver
+
+_QUALIFIED = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One whole-chunk change: ``action`` is demote, index, unindex, prune or drop."""
+
+    stream: str
+    chunk_id: int
+    from_tier: Tier
+    to_tier: Tier
+    action: str
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class Contributing:
+    """Where provenance edges live: a table with a column of source ids. Source tuples
+    whose id appears there contributed to some result (A 3)."""
+
+    table: str
+    column: str
+
+    def __post_init__(self) -> None:
+        for part in (self.table, self.column):
+            if not _QUALIFIED.match(part):
+                raise ValueError(f"contributing table/column must be SQL identifiers, got {part!r}")
+
+    def sql(self) -> str:
+        return ".".join(quote(p) for p in self.table.split(".")), quote(self.column)
+
+
+def demote(arch: Archiver, horizon: datetime, streams: Iterable[str] | None = None) -> list[Transition]:
+    if horizon.tzinfo is None:
+        raise ValueError(f"demote: horizon must be timezone-aware, got {horizon!r}")
+    out = []
+    for name in (list(streams) if streams is not None else [s.name for s in arch.streams()]):
+        spec = arch.stream(name)
+        prev = arch._horizons.get(name)
+        if prev is not None and horizon <= prev:
+            horizon_now = prev
+        else:
+            horizon_now = horizon
+            with arch._conn() as conn, conn.cursor() as cur:
+                cur.execute("INSERT INTO moirae_archive_state (key, value) VALUES (%s, %s) "
+                            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                            (f"horizon:{name}", json.dumps(horizon_now.isoformat())))
+            arch._horizons[name] = horizon_now
+        for info in arch.chunks(name, Tier.PRESENT):
+            if info.end <= horizon_now:
+                _set_tier(arch, spec, info.chunk_id, Tier.RECENT, index=True)
+                arch.present.invalidate(name, info.chunk_id)
+                out.append(Transition(name, info.chunk_id, Tier.PRESENT, Tier.RECENT, "demote", info.rows))
+    return out
+
+
+def age(arch: Archiver) -> list[Transition]:
+    out = []
+    keep = arch.settings.recent_chunks
+    for spec in arch.streams():
+        behind = [c for c in arch.chunks(spec.name) if c.tier is not Tier.PRESENT]
+        for rank, info in enumerate(behind):
+            want = Tier.RECENT if rank < keep else Tier.OLD
+            if info.tier is want:
+                continue
+            _set_tier(arch, spec, info.chunk_id, want, index=want is Tier.RECENT)
+            out.append(Transition(spec.name, info.chunk_id, info.tier, want,
+                                  "index" if want is Tier.RECENT else "unindex", info.rows))
+    return out
+
+
+def _set_tier(arch: Archiver, spec, chunk_id: int, tier: Tier, index: bool) -> None:
+    part = partition_name(spec.name, chunk_id)
+    names = []
+    with arch._conn() as conn, conn.cursor() as cur:
+        for n, cols in enumerate(spec.indexes):
+            ix = index_name(spec.name, chunk_id, n)
+            if index:
+                cur.execute(f"CREATE INDEX IF NOT EXISTS {quote(ix)} ON {quote(part)} "
+                            f"({', '.join(quote(c) for c in cols)})")
+                names.append(ix)
+            else:
+                cur.execute(f"DROP INDEX IF EXISTS {quote(ix)}")
+        cur.execute("UPDATE moirae_chunks SET tier = %s, indexes = %s WHERE stream = %s AND chunk_id = %s",
+                    (tier.value, names, spec.name, chunk_id))
+
+
+def apply_retention(arch: Archiver, contributing: Contributing | None) -> list[Transition]:
+    """Act on expired tuples of old chunks, per stream policy:
+
+    - ``keep_all``: nothing;
+    - ``contributing_only``: delete the tuples with no provenance edge (needs
+      ``contributing``), once per chunk;
+    - ``drop_after_n_old_chunks``: drop whole partitions beyond the newest N old chunks.
+
+    Only chunks wholly behind the stream's expiry horizon are touched.
+    """
+    out = []
+    for spec in arch.streams():
+        policy = spec.retention.policy
+        if policy is Retention.KEEP_ALL:
+            continue
+        horizon = arch.horizon(spec.name)
+        old = [c for c in arch.chunks(spec.name, Tier.OLD) if horizon is not None and c.end <= horizon]
+        if policy is Retention.CONTRIBUTING_ONLY:
+            if contributing is None:
+                raise ValueError(f"stream {spec.name!r} keeps contributing tuples only, but no provenance "
+                                 "edge table was given to apply_retention()")
+            table, column = contributing.sql()
+            for info in old:
+                part = quote(partition_name(spec.name, info.chunk_id))
+                with arch._conn() as conn, conn.cursor() as cur:
+                    cur.execute("SELECT pruned FROM moirae_chunks WHERE stream = %s AND chunk_id = %s FOR UPDATE",
+                                (spec.name, info.chunk_id))
+                    if cur.fetchone()[0]:
+                        continue
+                    cur.execute(f"DELETE FROM {part} p WHERE NOT EXISTS "
+                                f"(SELECT 1 FROM {table} e WHERE e.{column} = p._sid)")
+                    deleted = cur.rowcount
+                    cur.execute("UPDATE moirae_chunks SET pruned = true, rows = rows - %s "
+                                "WHERE stream = %s AND chunk_id = %s", (deleted, spec.name, info.chunk_id))
+                out.append(Transition(spec.name, info.chunk_id, Tier.OLD, Tier.OLD, "prune", deleted))
+        elif policy is Retention.DROP_AFTER_N_OLD_CHUNKS:
+            for info in old[spec.retention.n:]:
+                with arch._conn() as conn, conn.cursor() as cur:
+                    cur.execute(f"DROP TABLE IF EXISTS {quote(partition_name(spec.name, info.chunk_id))}")
+                    cur.execute("UPDATE moirae_chunks SET dropped = true, rows = 0, indexes = '{}' "
+                                "WHERE stream = %s AND chunk_id = %s", (spec.name, info.chunk_id))
+                out.append(Transition(spec.name, info.chunk_id, Tier.OLD, Tier.OLD, "drop", info.rows))
+    return out
+
+
+def status(arch: Archiver) -> dict[str, Any]:
+    """Chunks per stream and tier, rows, late rows and dead letters, as plain data."""
+    streams: dict[str, Any] = {}
+    with arch._conn() as conn, conn.cursor() as cur:
+        cur.execute("SELECT stream, tier, count(*), coalesce(sum(rows), 0), coalesce(sum(late_rows), 0) "
+                    "FROM moirae_chunks WHERE NOT dropped GROUP BY stream, tier")
+        tiers = cur.fetchall()
+        cur.execute("SELECT stream, count(*) FROM moirae_dead_letters GROUP BY stream")
+        dead = dict(cur.fetchall())
+        cur.execute("SELECT stream, count(*) FROM moirae_chunks WHERE dropped GROUP BY stream")
+        dropped = dict(cur.fetchall())
+        cur.execute("SELECT stream, count(*) FROM moirae_batches GROUP BY stream")
+        batches = dict(cur.fetchall())
+    for spec in arch.streams():
+        streams[spec.name] = {
+            "kind": spec.kind, "chunks": {t.value: 0 for t in Tier}, "rows": 0, "late_rows": 0,
+            "dead_letters": int(dead.get(spec.name, 0)), "dropped_chunks": int(dropped.get(spec.name, 0)),
+            "batches": int(batches.get(spec.name, 0)), "retention": spec.retention.to_json(),
+            "horizon": h.isoformat() if (h := arch.horizon(spec.name)) else None,
+        }
+    for stream, tier, n, rows, late in tiers:
+        s = streams.setdefault(stream, {"chunks": {t.value: 0 for t in Tier}, "rows": 0, "late_rows": 0})
+        s["chunks"][tier] = int(n)
+        s["rows"] += int(rows)
+        s["late_rows"] += int(late)
+    return {
+        "chunk_span_seconds": arch.settings.chunk_span.total_seconds(),
+        "recent_chunks": arch.settings.recent_chunks,
+        "present_cache_rows": arch.present.rows(),
+        "streams": streams,
+        "totals": {
+            "rows": sum(s["rows"] for s in streams.values()),
+            "late_rows": sum(s["late_rows"] for s in streams.values()),
+            "dead_letters": sum(s.get("dead_letters", 0) for s in streams.values()),
+        },
+    }
