@@ -54,6 +54,7 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.memory", "2g")
+        .config("spark.ui.showConsoleProgress", "false")
     )
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
