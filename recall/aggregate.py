@@ -1,0 +1,457 @@
+"""Mergeable partial aggregates and the post-operators of a split template (M 4.3, 4.5.1).
+
+Each chunk's query returns, per group, the partial columns :mod:`recall.split` pushed
+down. :class:`GroupedMerge` folds them into per-group states chunk by chunk; states
+merge exactly (count, sum, min, max, distinct sets) or by mergeable moments for the
+variance family (Chan, Golub and LeVeque's parallel algorithm: ``n``, mean, ``M2``).
+After each merge :meth:`GroupedMerge.result` applies HAVING, ORDER BY, LIMIT/OFFSET and
+DISTINCT to produce the current result set. :class:`RowMerge` does the same for plain
+SPJ templates (union, then DISTINCT / ORDER BY / LIMIT).
+
+Online aggregation (M 4.5.1): ``result(factor)`` multiplies sums and counts by
+``factor`` (the requested period over the history covered so far); avg, min, max,
+variance and DISTINCT aggregates are not adjusted.
+
+>>> a, b = Moments.of(2, 1.0, 0.0), Moments.of(2, 3.0, 0.0)  # {1, 1} and {3, 3}
+>>> m = a.merge(b); (m.n, m.mean, m.m2)
+(4, 2.0, 4.0)
+>>> m.value("var_samp"), m.value("stddev_pop")
+(1.3333333333333333, 1.0)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recall.split import Aggregate, BadTemplate, SplitQuery
+
+Row = dict[str, Any]
+
+
+def to_py(v: Any) -> Any:
+    """A value from a result frame as a plain Python value; SQL NULL (None, NaN, NaT,
+    pd.NA) as None, integral Decimals as int."""
+    if v is None or v is pd.NaT or v is pd.NA:
+        return None
+    if isinstance(v, float | np.floating):
+        return None if math.isnan(v) else float(v)
+    if isinstance(v, Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, pd.Timestamp):
+        return v.to_pydatetime()
+    if isinstance(v, np.datetime64):
+        return pd.Timestamp(v).tz_localize("UTC").to_pydatetime()
+    return v
+
+
+def _as_set(v: Any) -> frozenset:
+    if v is None:
+        return frozenset()
+    if isinstance(v, str):  # a Postgres array literal such as '{1,2}' (text transfer)
+        body = v.strip("{}")
+        return frozenset(_number(x.strip('"')) for x in body.split(",") if x) if body else frozenset()
+    return frozenset(to_py(x) for x in v if to_py(x) is not None)
+
+
+def _number(s: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(s)
+        except ValueError:
+            pass
+    return s
+
+
+class Moments:
+    """Count, mean and sum of squared deviations (M2) of a multiset; merges exactly."""
+
+    __slots__ = ("n", "mean", "m2")
+
+    def __init__(self) -> None:
+        self.n, self.mean, self.m2 = 0, 0.0, 0.0
+
+    @classmethod
+    def of(cls, n: int, mean: float | None, m2: float | None) -> Moments:
+        out = cls()
+        if n:
+            out.n, out.mean, out.m2 = int(n), float(mean or 0.0), max(float(m2 or 0.0), 0.0)
+        return out
+
+    def merge(self, other: Moments) -> Moments:
+        if other.n == 0:
+            return self
+        if self.n == 0:
+            return other
+        n = self.n + other.n
+        delta = other.mean - self.mean
+        out = Moments()
+        out.n = n
+        out.mean = self.mean + delta * other.n / n
+        out.m2 = self.m2 + other.m2 + delta * delta * self.n * other.n / n
+        return out
+
+    def value(self, func: str) -> float | None:
+        pop = func.endswith("pop")
+        denom = self.n if pop else self.n - 1
+        if denom <= 0:
+            return None
+        var = self.m2 / denom
+        return math.sqrt(var) if func.startswith("stddev") else var
+
+
+def _partial(agg: Aggregate, values: list[Any]) -> Any:
+    """The state one partial row carries for one aggregate."""
+    if agg.distinct:
+        return _as_set(values[0])
+    if agg.func == "count":
+        return to_py(values[0]) or 0
+    if agg.func in ("sum", "avg"):
+        s, n = to_py(values[0]), to_py(values[1]) or 0
+        return (s if n else 0, n)
+    if agg.func in ("min", "max"):
+        return to_py(values[0])
+    return Moments.of(to_py(values[0]) or 0, to_py(values[1]), to_py(values[2]))
+
+
+def _merge(agg: Aggregate, a: Any, b: Any) -> Any:
+    if agg.distinct:
+        return a | b
+    if agg.func == "count":
+        return a + b
+    if agg.func in ("sum", "avg"):
+        return (a[0] + b[0], a[1] + b[1])
+    if agg.func in ("min", "max"):
+        if a is None or b is None:
+            return b if a is None else a
+        return (min if agg.func == "min" else max)(a, b)
+    return a.merge(b)
+
+
+def _final(agg: Aggregate, state: Any, factor: float) -> Any:
+    if agg.distinct:
+        if agg.func == "count":
+            return len(state)
+        if not state:
+            return None
+        return sum(state) if agg.func == "sum" else sum(state) / len(state)
+    if agg.func == "count":
+        return state if factor == 1 else state * factor
+    if agg.func == "sum":
+        s, n = state
+        if not n:
+            return None
+        return s if factor == 1 else s * factor
+    if agg.func == "avg":
+        s, n = state
+        return s / n if n else None
+    if agg.func in ("min", "max"):
+        return state
+    return state.value(agg.func)
+
+
+def group_key(values: Iterable[Any]) -> str:
+    """The ``Output.key`` of a group: its key values as JSON.
+
+    >>> group_key(["s1", 3])
+    '["s1", 3]'
+    """
+    return json.dumps([to_py(v) for v in values], default=_json_default)
+
+
+def _json_default(v: Any) -> str:
+    if isinstance(v, datetime | date):
+        return v.isoformat()
+    return str(v)
+
+
+# -- post-operator expressions ---------------------------------------------------------
+
+
+def _render(node):
+    from recall.split import render
+
+    return render(node)
+
+
+def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) -> Callable[[Mapping], Any]:
+    """Compile a post-operator expression (HAVING, ORDER BY, a select item) to a function
+    of an environment mapping rendered sub-expressions (group keys, aggregate calls,
+    output names) to values. SQL three-valued logic: NULL is None."""
+    from sqlglot import exp
+
+    text = _render(node)
+    if text in keys:
+        return lambda env: env[text]
+    if isinstance(node, exp.Paren | exp.Alias):
+        return compile_expr(node.this, keys, params)
+    if isinstance(node, exp.Literal):
+        value = node.this if node.is_string else _number(node.this)
+        return lambda env: value
+    if isinstance(node, exp.Boolean):
+        value = bool(node.this)
+        return lambda env: value
+    if isinstance(node, exp.Null):
+        return lambda env: None
+    if isinstance(node, exp.Placeholder):
+        name = node.name
+        if params is None or name not in params:
+            raise BadTemplate(f"parameter :{name} used after aggregation has no bound value")
+        value = to_py(params[name])
+        return lambda env: value
+    sub = [compile_expr(c, keys, params) for c in node.iter_expressions()] if not isinstance(
+        node, exp.Column) else []
+    if isinstance(node, exp.Neg):
+        return lambda env: _null1(sub[0](env), lambda a: -a)
+    if isinstance(node, exp.Not):
+        return lambda env: _null1(sub[0](env), lambda a: not a)
+    if isinstance(node, exp.And):
+        return lambda env: _and3(f(env) for f in sub)
+    if isinstance(node, exp.Or):
+        return lambda env: _or3(f(env) for f in sub)
+    binary = {
+        exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.GT: lambda a, b: a > b,
+        exp.GTE: lambda a, b: a >= b, exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
+        exp.Add: lambda a, b: a + b, exp.Sub: lambda a, b: a - b, exp.Mul: lambda a, b: a * b,
+        exp.Div: _div, exp.Mod: lambda a, b: math.fmod(a, b) if b else None,
+    }
+    for cls, fn in binary.items():
+        if type(node) is cls:
+            left, right = compile_expr(node.this, keys, params), compile_expr(node.expression, keys, params)
+            return lambda env, fn=fn: _null2(left(env), right(env), fn)
+    if isinstance(node, exp.Is):
+        inner = compile_expr(node.this, keys, params)
+        return lambda env: inner(env) is None
+    if isinstance(node, exp.Between):
+        x, lo, hi = (compile_expr(node.args[k], keys, params) for k in ("this", "low", "high"))
+        return lambda env: _and3([_null2(x(env), lo(env), lambda a, b: a >= b),
+                                  _null2(x(env), hi(env), lambda a, b: a <= b)])
+    if isinstance(node, exp.In) and node.expressions:
+        x = compile_expr(node.this, keys, params)
+        opts = [compile_expr(o, keys, params) for o in node.expressions]
+        return lambda env: _or3(_null2(x(env), o(env), lambda a, b: a == b) for o in opts)
+    if isinstance(node, exp.Abs):
+        return lambda env: _null1(sub[0](env), abs)
+    if isinstance(node, exp.Sqrt):
+        return lambda env: _null1(sub[0](env), math.sqrt)
+    if isinstance(node, exp.Coalesce):
+        return lambda env: next((v for v in (f(env) for f in sub) if v is not None), None)
+    if isinstance(node, exp.Round):
+        nd = compile_expr(node.args["decimals"], keys, params) if node.args.get("decimals") else (lambda env: 0)
+        x = compile_expr(node.this, keys, params)
+        return lambda env: _null2(x(env), nd(env), lambda a, d: round(a, int(d)))
+    if isinstance(node, exp.Cast):
+        x = compile_expr(node.this, keys, params)
+        to = node.to.this.name.lower() if hasattr(node.to.this, "name") else str(node.to.this).lower()
+        conv = int if "int" in to else float if any(t in to for t in ("double", "float", "real", "decimal")) \
+            else str if "text" in to or "char" in to else None
+        if conv is None:
+            raise BadTemplate(f"cannot apply {_render(node)} after aggregation")
+        return lambda env: _null1(x(env), conv)
+    raise BadTemplate(f"cannot evaluate {text!r} after aggregation (columns must be group keys, "
+                      "functions must be aggregates or simple arithmetic)")
+
+
+def _div(a, b):
+    if b == 0:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        q = abs(a) // abs(b)  # PostgreSQL integer division truncates toward zero
+        return q if (a >= 0) == (b >= 0) else -q
+    return a / b
+
+
+def _null1(a, fn):
+    return None if a is None else fn(a)
+
+
+def _null2(a, b, fn):
+    return None if a is None or b is None else fn(a, b)
+
+
+def _and3(values) -> bool | None:
+    seen_null = False
+    for v in values:
+        if v is None:
+            seen_null = True
+        elif not v:
+            return False
+    return None if seen_null else True
+
+
+def _or3(values) -> bool | None:
+    seen_null = False
+    for v in values:
+        if v is None:
+            seen_null = True
+        elif v:
+            return True
+    return None if seen_null else False
+
+
+def _cmp_values(a: Any, b: Any, desc: bool, nulls_first: bool) -> int:
+    if a is None or b is None:
+        if a is None and b is None:
+            return 0
+        return (-1 if a is None else 1) * (1 if nulls_first else -1)
+    c = (a > b) - (a < b)
+    return -c if desc else c
+
+
+class _PostOps:
+    """HAVING-free ORDER BY / LIMIT / OFFSET / DISTINCT over keyed rows."""
+
+    def __init__(self, spec: SplitQuery, order_fns: list[Callable[[Mapping], Any]]) -> None:
+        self.spec, self.order_fns = spec, order_fns
+
+    def finish(self, items: list[tuple[str, Row, Mapping]]) -> list[tuple[str, Row]]:
+        spec = self.spec
+        if spec.order:
+            keyed = [(key, row, [f(env) for f in self.order_fns]) for key, row, env in items]
+
+            def cmp(x, y) -> int:
+                for k, a, b in zip(spec.order, x[2], y[2], strict=True):
+                    c = _cmp_values(a, b, k.desc, k.nulls_first)
+                    if c:
+                        return c
+                return (x[0] > y[0]) - (x[0] < y[0])
+
+            keyed.sort(key=functools.cmp_to_key(cmp))
+            items = [(k, r, {}) for k, r, _ in keyed]
+        out = [(k, r) for k, r, _ in items]
+        if spec.distinct:
+            seen: set[str] = set()
+            unique = []
+            for k, r in out:
+                sig = group_key(r.values())
+                if sig not in seen:
+                    seen.add(sig)
+                    unique.append((k, r))
+            out = unique
+        end = None if spec.limit is None else spec.offset + spec.limit
+        return out[spec.offset:end]
+
+
+class GroupedMerge:
+    """Per-group partial states of an aggregated template, merged chunk by chunk."""
+
+    def __init__(self, spec: SplitQuery, params: Mapping[str, Any] | None = None) -> None:
+        if not spec.aggregated:
+            raise BadTemplate(f"{spec.template!r} has no aggregates; use RowMerge")
+        self.spec = spec
+        self.groups: dict[tuple, list[Any]] = {}
+        keys = set(spec.group_sql) | {a.sql for a in spec.aggregates}
+        self._outputs = [compile_expr(o, keys, params) for o in spec.outputs]
+        self._having = compile_expr(spec.having, keys, params) if spec.having is not None else None
+        self._order = [compile_expr(k.expr, keys | set(spec.columns), params) for k in spec.order]
+        self._post = _PostOps(spec, self._order)
+
+    def add(self, rows: pd.DataFrame) -> int:
+        """Merge one chunk's partial rows; returns how many partial rows there were."""
+        spec = self.spec
+        missing = [c for c in (*spec.group_columns, *(c for a in spec.aggregates for c in a.columns))
+                   if c not in rows.columns]
+        if missing:
+            raise BadTemplate(f"chunk result lacks partial column(s) {missing} of {spec.chunk_sql!r}")
+        gcols = list(spec.group_columns)
+        acols = [list(a.columns) for a in spec.aggregates]
+        for rec in rows.to_dict("records"):
+            key = tuple(to_py(rec[c]) for c in gcols)
+            states = [_partial(a, [rec[c] for c in cols]) for a, cols in zip(spec.aggregates, acols, strict=True)]
+            old = self.groups.get(key)
+            if old is None:
+                self.groups[key] = states
+            else:
+                self.groups[key] = [_merge(a, x, y) for a, x, y in zip(spec.aggregates, old, states, strict=True)]
+        return len(rows)
+
+    def result(self, factor: float = 1.0) -> list[tuple[str, Row]]:
+        """The current result set as ``(key, row)`` pairs in output order, with sums and
+        counts extrapolated by ``factor`` (M 4.5.1)."""
+        spec = self.spec
+        items = []
+        for key, states in self.groups.items():
+            env: dict[str, Any] = dict(zip(spec.group_sql, key, strict=True))
+            for agg, st in zip(spec.aggregates, states, strict=True):
+                env[agg.sql] = _final(agg, st, factor)
+            if self._having is not None and self._having(env) is not True:
+                continue
+            row = {name: fn(env) for name, fn in zip(spec.columns, self._outputs, strict=True)}
+            env.update(row)
+            items.append((group_key(key), row, env))
+        return self._post.finish(items)
+
+
+class RowMerge:
+    """The union of a plain SPJ template's chunk results, with its post-operators.
+
+    Rows keep the key they got on arrival (their values as JSON, plus ``#n`` for the
+    n-th duplicate), so a row's key is stable across chunks. With ORDER BY and LIMIT
+    only the current top rows are kept.
+    """
+
+    def __init__(self, spec: SplitQuery) -> None:
+        if spec.aggregated:
+            raise BadTemplate(f"{spec.template!r} aggregates; use GroupedMerge")
+        self.spec = spec
+        self.rows: list[tuple[str, Row, dict]] = []
+        self._dups: dict[str, int] = {}
+        self._order = [self._order_fn(k.expr) for k in spec.order]
+        self._post = _PostOps(spec, self._order)
+
+    def _order_fn(self, node) -> Callable[[Mapping], Any]:
+        from sqlglot import exp
+
+        spec = self.spec
+        if isinstance(node, exp.Column) and not node.table:
+            name = node.name
+            return lambda env: env.get(name)
+        text = _render(node)
+        rendered = [_render(o) for o in spec.outputs]
+        if text in rendered:
+            name = spec.columns[rendered.index(text)]
+            return lambda env: env.get(name)
+        raise BadTemplate(f"ORDER BY {text!r} must name an output column or be a plain expression")
+
+    def add(self, rows: pd.DataFrame) -> int:
+        spec = self.spec
+        names = [c for c in rows.columns if c not in spec.hidden]
+        for rec in rows.to_dict("records"):
+            row = {c: to_py(rec[c]) for c in names}
+            env = {**row, **{h: to_py(rec.get(h)) for h in spec.hidden}}
+            sig = group_key(row.values())
+            n = self._dups.get(sig, 0)
+            self._dups[sig] = n + 1
+            key = sig if spec.distinct else f"{sig}#{n}"
+            if spec.distinct and n:
+                continue
+            self.rows.append((key, row, env))
+        if spec.order and spec.limit is not None:
+            keep = {k for k, _ in self._post_all()[: spec.offset + spec.limit]}
+            self.rows = [r for r in self.rows if r[0] in keep]
+        return len(rows)
+
+    def _post_all(self) -> list[tuple[str, Row]]:
+        saved = self.spec
+        from dataclasses import replace
+
+        self._post.spec = replace(saved, limit=None, offset=0)
+        try:
+            return self._post.finish(list(self.rows))
+        finally:
+            self._post.spec = saved
+
+    def result(self, factor: float = 1.0) -> list[tuple[str, Row]]:
+        return self._post.finish(list(self.rows))
