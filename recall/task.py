@@ -1,0 +1,239 @@
+"""Recall tasks and task descriptions (M 4.4, fig. 9).
+
+The Recall Manager keeps one :class:`TaskDescription` per deployed recall operator
+(made when the operator is registered) and one :class:`RecallTask` per (event,
+operator). A task holds what fig. 9 lists: the SQL template (a validated
+:class:`~archive.abc.HistoryQuery`) and the parameters bound from the event, the chunk
+list and the identifier of the chunk to process next, and runtime statistics.
+
+The chunk list is a snapshot taken when the task starts: the chunks holding data of the
+template's streams whose start is at or before the event's time, newest first (M 4.3:
+"historical data should be retrieved in reverse chronological order"), cut at the
+task's time bound: a chunk whose end is at or before the bound holds nothing the task
+needs, so the task is done when it reaches one.
+
+>>> from datetime import UTC, datetime, timedelta
+>>> from archive.abc import ChunkGrid
+>>> g = ChunkGrid(timedelta(hours=1))
+>>> ts = datetime(1970, 1, 1, 5, 30, tzinfo=UTC)
+>>> plan_chunks([7, 5, 4, 3, 1], g, ts, bound=datetime(1970, 1, 1, 3, tzinfo=UTC))
+[5, 4, 3]
+>>> plan_chunks([1, 5, 3], g, ts, bound=None)
+[5, 3, 1]
+
+:class:`RecallTask` is the manager's mutable bookkeeping and is only touched under the
+manager's lock or by the one worker running the task; :class:`TaskView` is the frozen
+snapshot that leaves the manager (API, console, tests).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from archive.abc import ChunkGrid, HistoryQuery
+from recall.api import EndReason, Interval, RecallOperator, TaskSpec
+
+
+class TaskStatus(StrEnum):
+    """Where a task is in its life. The first three mirror the scheduler's states;
+    ``ending`` means the operator's ``on_end`` is being called; the rest are the end
+    reasons (:class:`~recall.api.EndReason`)."""
+
+    RUNNABLE = "runnable"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    ENDING = "ending"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    DISCARDED = "discarded"
+    FAILED = "failed"
+    EXHAUSTED = "exhausted"
+
+    @classmethod
+    def ended(cls, reason: EndReason) -> TaskStatus:
+        return cls(reason.value)
+
+
+def plan_chunks(chunk_ids: Iterable[int], grid: ChunkGrid, event_ts: datetime,
+                bound: datetime | None) -> list[int]:
+    """The chunks a task will visit, newest first: start <= ``event_ts`` and, with a
+    bound, end > ``bound``."""
+    newest = grid.chunk_of(event_ts)
+    oldest = None if bound is None else grid.chunk_of(bound)  # chunk containing the bound: end > bound
+    ids = {c for c in chunk_ids if c <= newest and (oldest is None or c >= oldest)}
+    return sorted(ids, reverse=True)
+
+
+@dataclass
+class TaskDescription:
+    """Per deployed recall operator (M fig. 9): its name, the operator object the
+    manager delivers history to, the SQL template it last submitted, and counters."""
+
+    operator: str
+    recall_operator: RecallOperator
+    registered_at: float
+    template: HistoryQuery | None = None
+    submitted: int = 0
+    ended: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator,
+            "template": self.template.template if self.template else None,
+            "streams": list(self.template.streams) if self.template else [],
+            "submitted": self.submitted,
+            "ended": self.ended,
+        }
+
+
+class RecallTask:
+    """One recall task (M fig. 9). Mutable; owned by the Recall Manager."""
+
+    __slots__ = (
+        "task_id", "spec", "description", "state", "chunks", "next_index", "status", "submitted_at",
+        "first_chunk_at", "first_result_at", "time_spent", "rows", "outputs", "error", "end_reason",
+        "ended_at", "covered_start", "covered_end", "worker", "stop", "max_seq", "__weakref__",
+    )
+
+    def __init__(self, task_id: str, spec: TaskSpec, description: TaskDescription, chunks: list[int],
+                 submitted_at: float) -> None:
+        self.task_id = task_id
+        self.spec = spec
+        self.description = description
+        self.state: Any = None  # the operator's per-task state (RecallOperator.start)
+        self.chunks = chunks
+        self.next_index = 0
+        self.status = TaskStatus.RUNNABLE
+        self.submitted_at = submitted_at
+        self.first_chunk_at: float | None = None
+        self.first_result_at: float | None = None
+        self.time_spent = 0.0
+        self.rows = 0
+        self.outputs = 0
+        self.error: str | None = None
+        self.end_reason: EndReason | None = None
+        self.ended_at: float | None = None
+        self.covered_start: datetime | None = None
+        self.covered_end: datetime | None = None
+        self.worker: Any = None  # the worker running its quantum, if any
+        self.stop: EndReason | None = None  # set when cancelled / discarded from outside
+        self.max_seq = -1
+
+    @property
+    def next_chunk(self) -> int | None:
+        """Fig. 9's "next chunk id": the chunk the next history-query runs over."""
+        return self.chunks[self.next_index] if self.next_index < len(self.chunks) else None
+
+    @property
+    def remaining(self) -> int:
+        return len(self.chunks) - self.next_index
+
+    def covered(self, grid: ChunkGrid, chunk_id: int) -> Interval:
+        """Extend the covered interval with ``chunk_id`` (the chunk just processed) and
+        return it: from the oldest chunk's start (or the bound, if later) to the newest
+        processed chunk's end."""
+        start, end = grid.bounds(chunk_id)
+        if self.spec.bound is not None and self.spec.bound > start:
+            start = self.spec.bound
+        self.covered_start = start if self.covered_start is None else min(self.covered_start, start)
+        self.covered_end = end if self.covered_end is None else max(self.covered_end, end)
+        return Interval(self.covered_start, self.covered_end)
+
+    def view(self, tickets: int | None, status: TaskStatus | None = None) -> TaskView:
+        first = None if self.first_result_at is None else self.first_result_at - self.submitted_at
+        first_chunk = None if self.first_chunk_at is None else self.first_chunk_at - self.submitted_at
+        return TaskView(
+            task_id=self.task_id,
+            eid=self.spec.eid,
+            operator=self.spec.operator,
+            event_ts=self.spec.event_ts,
+            state=status or self.status,
+            tickets=tickets,
+            materialization=self.spec.materialization,
+            chunks_done=self.next_index,
+            chunks_total=len(self.chunks),
+            next_chunk=self.next_chunk,
+            rows=self.rows,
+            outputs=self.outputs,
+            submitted_at=self.submitted_at,
+            time_to_first_chunk=first_chunk,
+            time_to_first_result=first,
+            time_spent=self.time_spent,
+            covered=None if self.covered_start is None else Interval(self.covered_start, self.covered_end),
+            error=self.error,
+            ended_at=self.ended_at,
+        )
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A snapshot of one task's statistics (M 4.4: "the Recall Manager keeps other
+    runtime statistics about each task"). Times are clock seconds; ``time_to_first_*``
+    count from submission; ``time_spent`` sums the task's history-queries and operator
+    calls. ``tickets`` is None once the task has left the scheduler."""
+
+    task_id: str
+    eid: str
+    operator: str
+    event_ts: datetime
+    state: TaskStatus
+    tickets: int | None
+    materialization: bool
+    chunks_done: int
+    chunks_total: int
+    next_chunk: int | None
+    rows: int
+    outputs: int
+    submitted_at: float
+    time_to_first_chunk: float | None
+    time_to_first_result: float | None
+    time_spent: float
+    covered: Interval | None
+    error: str | None
+    ended_at: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-friendly form for ``GET /api/scheduler/tasks``."""
+        return {
+            "task_id": self.task_id,
+            "eid": self.eid,
+            "operator": self.operator,
+            "event_ts": self.event_ts.isoformat(),
+            "state": self.state.value,
+            "tickets": self.tickets,
+            "materialization": self.materialization,
+            "chunks_done": self.chunks_done,
+            "chunks_total": self.chunks_total,
+            "next_chunk": self.next_chunk,
+            "rows": self.rows,
+            "outputs": self.outputs,
+            "time_to_first_chunk": self.time_to_first_chunk,
+            "time_to_first_result": self.time_to_first_result,
+            "time_spent": self.time_spent,
+            "covered": None if self.covered is None else [self.covered.start.isoformat(),
+                                                          self.covered.end.isoformat()],
+            "error": self.error,
+        }
+
+
+class TaskIds:
+    """Thread-safe task id source: ``r1``, ``r2``, ...
+
+    >>> ids = TaskIds(); ids.next(), ids.next()
+    ('r1', 'r2')
+    """
+
+    def __init__(self, prefix: str = "r") -> None:
+        self._prefix = prefix
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            self._n += 1
+            return f"{self._prefix}{self._n}"
