@@ -1,0 +1,49 @@
+"""The growing vocabulary: term -> column index (M 3.5).
+
+Columns are assigned in order of first sight and never change or disappear, so a chunk
+matrix built with an older, smaller vocabulary stays valid: its columns are a prefix of
+today's. Appending is the only mutation.
+
+>>> v = Vocabulary()
+>>> v.add("user=u1"), v.add("proc=p1"), v.add("user=u1")
+(0, 1, 0)
+>>> v.index("proc=p1"), v.index("nope"), len(v)
+(1, None, 2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class Vocabulary:
+    """Append-only mapping term -> column."""
+
+    def __init__(self, terms: Iterable[str] = ()) -> None:
+        self._terms: list[str] = []
+        self._index: dict[str, int] = {}
+        for t in terms:
+            self.add(t)
+
+    def add(self, term: str) -> int:
+        col = self._index.get(term)
+        if col is None:
+            col = len(self._terms)
+            self._index[term] = col
+            self._terms.append(term)
+        return col
+
+    def index(self, term: str) -> int | None:
+        return self._index.get(term)
+
+    def term(self, col: int) -> str:
+        return self._terms[col]
+
+    def terms(self) -> list[str]:
+        return list(self._terms)
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._index
