@@ -208,11 +208,17 @@ class Archiver(ChunkStore):
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (spec.name,))
             cur.execute(f"CREATE TABLE IF NOT EXISTS {quote(part)} PARTITION OF {quote(spec.name)} "
                         "FOR VALUES FROM (%s) TO (%s)", (start, end))
+            # Reset the counts only when reviving a dropped chunk: a concurrent writer may
+            # have created this chunk (and counted its rows) since the SELECT above.
             cur.execute("INSERT INTO moirae_chunks (stream, chunk_id, start_ts, end_ts, tier) "
                         "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, chunk_id) DO UPDATE "
                         "SET dropped = false, tier = EXCLUDED.tier, rows = 0, late_rows = 0 "
-                        "RETURNING tier", (spec.name, cid, start, end, tier.value))
-            out[cid] = Tier(cur.fetchone()[0])
+                        "WHERE moirae_chunks.dropped RETURNING tier", (spec.name, cid, start, end, tier.value))
+            row = cur.fetchone()
+            if row is None:
+                cur.execute("SELECT tier FROM moirae_chunks WHERE stream = %s AND chunk_id = %s", (spec.name, cid))
+                row = cur.fetchone()
+            out[cid] = Tier(row[0])
         return out
 
     def _mirror(self, spec, good, chunk_ids, tiers_now, bulk) -> None:

@@ -1,0 +1,82 @@
+"""Helpers for the Archiver tests: the test stream, row frames, catalog and pg_indexes probes."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+
+from archive import Archiver, ArchiveSettings, Database, StreamSpec
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+SPAN = timedelta(hours=1)
+COLUMNS = {"host": "text", "v": "double", "n": "bigint"}
+
+
+def metrics_spec(name: str = "metrics", **kw) -> StreamSpec:
+    """The test stream: an event time, a host, a double and a bigint; ``host`` indexed."""
+    kw.setdefault("indexes", [("host",), ("n", "ts")])
+    return StreamSpec.build(name, "ts", COLUMNS, **kw)
+
+
+def rows(n: int, start: datetime = T0, step: timedelta = timedelta(minutes=7), first: int = 0,
+         hosts: int = 3) -> pd.DataFrame:
+    """``n`` well-formed rows from ``start``, one every ``step``; ``n`` column is unique."""
+    idx = range(first, first + n)
+    return pd.DataFrame({
+        "ts": [start + i * step for i in range(n)],
+        "host": [f"h{i % hosts}" for i in idx],
+        "v": [i / 4 for i in idx],
+        "n": list(idx),
+    })
+
+
+def make_archiver(db: Database, recent: int = 2, span: timedelta = SPAN, **kw) -> Archiver:
+    return Archiver(db, ArchiveSettings(chunk_span=span, recent_chunks=recent, **kw))
+
+
+@contextmanager
+def fresh_archiver(dsn: str, **kw) -> Iterator[Archiver]:
+    """An Archiver in a brand-new schema (for hypothesis examples, which cannot use
+    function-scoped fixtures); the schema is dropped afterwards."""
+    db = Database(dsn, schema=f"h_{uuid.uuid4().hex[:12]}")
+    arch = make_archiver(db, **kw)
+    try:
+        arch.register_stream(metrics_spec())
+        yield arch
+    finally:
+        arch.close()
+        db.drop_schema()
+
+
+def table_rows(arch: Archiver, stream: str = "metrics") -> pd.DataFrame:
+    """Every archived row of ``stream`` (all partitions), ordered by ``n``."""
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute(f'SELECT _sid, _batch, ts, host, v, n FROM "{stream}" ORDER BY n')
+        return pd.DataFrame(cur.fetchall(), columns=["_sid", "_batch", "ts", "host", "v", "n"])
+
+
+def catalog_rows(arch: Archiver, stream: str = "metrics") -> dict[int, int]:
+    return {c.chunk_id: c.rows for c in arch.chunks(stream)}
+
+
+def partition_counts(arch: Archiver, stream: str = "metrics") -> dict[int, int]:
+    """Actual row counts per chunk, from the partitions themselves."""
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute(f'SELECT floor(extract(epoch FROM ts) / %s)::bigint, count(*) FROM "{stream}" GROUP BY 1',
+                    (arch.grid.span.total_seconds(),))
+        return dict(cur.fetchall())
+
+
+def indexes_of(arch: Archiver, stream: str = "metrics") -> dict[str, set[str]]:
+    """``pg_indexes``: partition table name -> index names, in this test's schema."""
+    out: dict[str, set[str]] = {}
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT tablename, indexname FROM pg_indexes WHERE schemaname = %s AND tablename LIKE %s",
+                    (arch.db.schema, f"{stream}__c%"))
+        for table, index in cur.fetchall():
+            out.setdefault(table, set()).add(index)
+    return out
