@@ -313,7 +313,7 @@ class RecallManager:
                 task.status = TaskStatus.ENDING
             self._cond.notify_all()
         if end is not None:
-            if error is not None:
+            if end is EndReason.FAILED:
                 log.warning("recall task %s (event %s) failed: %s", task.task_id, task.spec.eid, error)
             self._end(task, end)
         return True
