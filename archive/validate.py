@@ -42,7 +42,7 @@ def split_batch(frame: pd.DataFrame, ts_col: str, schema: dict[str, ColumnType],
         if extra:
             parts.append(f"unexpected column(s) {extra}")
         reason = f"batch does not match the schema of stream {stream!r}: " + "; ".join(parts)
-        return frame.iloc[0:0], [DeadLetter(_jsonable(r), reason) for r in frame.to_dict("records")]
+        return _empty(ts_col, schema), [DeadLetter(_jsonable(r), reason) for r in frame.to_dict("records")]
 
     bad = np.zeros(len(frame), dtype=bool)
     reasons = np.full(len(frame), None, dtype=object)
@@ -68,3 +68,11 @@ def split_batch(frame: pd.DataFrame, ts_col: str, schema: dict[str, ColumnType],
         out["_sid"] = frame["_sid"].to_numpy()
     dead = [DeadLetter(_jsonable(frame.iloc[i].to_dict()), reasons[i]) for i in np.flatnonzero(bad)]
     return out[~bad].reset_index(drop=True), dead
+
+
+def _empty(ts_col: str, schema: dict[str, ColumnType]) -> pd.DataFrame:
+    """No good rows, but the stream's columns and types (the write path reads them)."""
+    out = pd.DataFrame({ts_col: coerce(pd.Series([], dtype=object), ColumnType.TIMESTAMPTZ)[0]})
+    for col, ctype in schema.items():
+        out[col] = coerce(pd.Series([], dtype=object), ctype)[0]
+    return out
