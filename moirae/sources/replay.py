@@ -16,6 +16,7 @@ and ``delay_ms`` (ingestion - event time).
 
 from __future__ import annotations
 
+import csv
 import io
 import os
 from dataclasses import dataclass
@@ -102,13 +103,13 @@ def read_table(path: str | os.PathLike[str]) -> tuple[pd.DataFrame, list[str]]:
     except pd.errors.EmptyDataError:
         return pd.DataFrame(), []
     except pd.errors.ParserError:
-        bad: list[str] = []
-
-        def keep(fields: list[str]) -> None:
-            bad.append(sep.join(fields))
-            return None
-
-        return pd.read_csv(path, sep=sep, engine="python", on_bad_lines=keep), bad
+        # Find the lines with more fields than the header, then read around them.
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+            records = list(csv.reader(fh, delimiter=sep))
+        width = len(records[0]) if records else 0
+        skip = [i for i, rec in enumerate(records) if i > 0 and len(rec) > width]
+        bad = [f"line {i + 1}: {sep.join(records[i])}" for i in skip]
+        return pd.read_csv(path, sep=sep, skiprows=skip), bad
 
 
 def parse_event_time(column: pd.Series, name: str, unit: str | None) -> tuple[np.ndarray, pd.Series]:
@@ -207,7 +208,7 @@ def replay_file(path: str | os.PathLike[str], config: ReplayConfig) -> Replay:
     if not bad_lines:
         return replay
     extra = pd.DataFrame({ROW_COL: [-1] * len(bad_lines),
-                          REASON_COL: [f"malformed CSV line: {line!r}" for line in bad_lines]})
+                          REASON_COL: [f"malformed CSV {line!r}: more fields than the header" for line in bad_lines]})
     rejected = pd.concat([replay.rejected, extra], ignore_index=True)
     return Replay(rows=replay.rows, rejected=rejected, config=config, source=replay.source)
 

@@ -1,0 +1,88 @@
+"""The ``moirae`` command line: thin commands over :class:`moirae.Engine`.
+
+Every command has ``--help``; bad input exits non-zero with one line saying why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Callable
+
+from scheduler.errors import MoiraeError
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _duration(text: str) -> float:
+    from moirae.config import parse_duration
+
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be positive, got {text!r}")
+    return seconds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="moirae", description="Moirae: history-enhanced monitoring on Spark and PostgreSQL.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the main job: stream the scenario into the archive, detect, recall",
+                         description="Run the main job on the configured scenario until --duration ends or Ctrl-C.")
+    run.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
+    run.add_argument("--scenario", choices=["cluster", "host"], help="what to stream (default: from config)")
+    run.add_argument("--duration", type=_duration, metavar="D",
+                     help="stop after D (e.g. 60, 30s, 5m); default: until Ctrl-C")
+    run.add_argument("--json", action="store_true", help="print the final summary as one JSON object")
+
+    arch = sub.add_parser("archive", help="inspect the archive", description="Inspect the archive.")
+    arch_sub = arch.add_subparsers(dest="archive_command", required=True, parser_class=_Parser, metavar="ACTION")
+    st = arch_sub.add_parser("status", help="chunks per stream and tier, rows, late rows, dead letters",
+                             description="Show chunks per stream and tier, rows, late rows and dead letters.")
+    st.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
+    st.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def command(name: str):
+    def register(fn):
+        COMMANDS[name] = fn
+        return fn
+    return register
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    key = args.command if args.command != "archive" else f"archive {args.archive_command}"
+    from moirae import commands  # noqa: F401  (registers the command functions)
+
+    try:
+        return COMMANDS[key](args)
+    except MoiraeError as exc:
+        print(f"moirae: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def install_sigterm() -> None:
+    """Treat SIGTERM like Ctrl-C so `run` stops cleanly and prints its summary."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

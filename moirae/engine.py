@@ -1,0 +1,176 @@
+"""The engine facade: ``from moirae import Engine`` (DESIGN.md §5).
+
+The CLI, the HTTP API and the console are thin fronts over these methods.
+
+Sources are registered with :meth:`Engine.source`; :meth:`Engine.start` starts one
+streaming query per source that archives it (exactly once: Spark checkpoints under the
+data directory plus the Archiver's batch log), and a maintenance job that moves the
+expiry horizon of each stream and demotes and ages chunks (DESIGN.md §3: for a stream
+no instrumented query reads, its own watermark is the horizon, U = 0).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from archive import Archiver, Database, RetentionPolicy
+from archive.pg import ENV_DSN, embedded_dsn
+from archive.spark_sink import archive_batches, spec_from_spark_schema
+from moirae import config as config_mod
+from moirae.config import Settings
+from moirae.spark import spark_session
+from scheduler.errors import MoiraeError
+
+
+class EngineError(MoiraeError, RuntimeError):
+    """An engine operation that cannot be done in the engine's current state."""
+
+
+@dataclass
+class _Source:
+    name: str
+    df: Any
+    ts: str
+    lateness: str
+    query: Any = None
+
+
+class Engine:
+    """One Moirae engine: a Spark session, an archive, and the live queries on them."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or config_mod.load()
+        self.data_dir = Path(self.settings.data_dir).resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        dsn = os.environ.get(ENV_DSN) or self.settings.postgres.dsn or embedded_dsn(self.data_dir)
+        self.db = Database(dsn, schema=self.settings.postgres.schema)
+        self.archiver = Archiver(self.db, self.settings.archive.settings())
+        self._spark = None
+        self._sources: dict[str, _Source] = {}
+        self._stop = threading.Event()
+        self._maintenance: threading.Thread | None = None
+        self.started = False
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike | None = None, **overrides: Any) -> Engine:
+        """An engine from a YAML file merged over ``config/moirae.yaml``; keyword
+        overrides are nested dicts, e.g. ``archive={"chunk_span": "10m"}``."""
+        return cls(config_mod.load(path, overrides or None))
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            s = self.settings.spark
+            self._spark = spark_session(s.master, "moirae", s.ui, s.shuffle_partitions)
+        return self._spark
+
+    def checkpoint_dir(self, name: str) -> Path:
+        return self.data_dir / "checkpoints" / name
+
+    # -- sources ---------------------------------------------------------------------
+
+    def source(self, name: str, df, ts: str, lateness: str = "10 seconds", indexes=(),
+               retention: RetentionPolicy | None = None):
+        """Register a streaming DataFrame as the archived source stream ``name``, with
+        event-time column ``ts`` and an allowed lateness (its watermark delay). Returns
+        the DataFrame with its watermark, for event-queries to build on."""
+        if name in self._sources:
+            raise EngineError(f"source {name!r} is already registered")
+        if not df.isStreaming:
+            raise EngineError(f"source {name!r} must be a streaming DataFrame (spark.readStream...)")
+        spec = spec_from_spark_schema(name, df.schema, ts, indexes=indexes, retention=retention)
+        self.archiver.register_stream(spec)
+        watermarked = df.withWatermark(ts, lateness)
+        self._sources[name] = _Source(name, watermarked, ts, lateness)
+        if self.started:
+            self._start_source(self._sources[name])
+        return watermarked
+
+    def _start_source(self, src: _Source) -> None:
+        trigger = f"{int(self.settings.spark.trigger.total_seconds() * 1000)} milliseconds"
+        src.query = (src.df.writeStream.queryName(f"archive_{src.name}")
+                     .foreachBatch(archive_batches(self.archiver, src.name))
+                     .option("checkpointLocation", str(self.checkpoint_dir(src.name)))
+                     .trigger(processingTime=trigger).start())
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> Engine:
+        if self.started:
+            return self
+        for src in self._sources.values():
+            self._start_source(src)
+        self.started = True
+        self._stop.clear()
+        self._maintenance = threading.Thread(target=self._maintain, name="moirae-maintenance", daemon=True)
+        self._maintenance.start()
+        return self
+
+    def run_for(self, seconds: float | None) -> None:
+        """Block until ``seconds`` pass (None: until a query fails or Ctrl-C)."""
+        deadline = None if seconds is None else time.monotonic() + seconds
+        while deadline is None or time.monotonic() < deadline:
+            for src in self._sources.values():
+                if src.query is not None and src.query.exception() is not None:
+                    raise EngineError(f"live query of source {src.name!r} failed: {src.query.exception()}")
+            time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+
+    def stop(self) -> None:
+        self._stop.set()
+        for src in self._sources.values():
+            if src.query is not None:
+                src.query.stop()
+                src.query = None
+        if self._maintenance is not None:
+            self._maintenance.join(timeout=10)
+        self.maintain_once()
+        self.started = False
+
+    def close(self) -> None:
+        if self.started:
+            self.stop()
+        self.archiver.close()
+
+    # -- maintenance -----------------------------------------------------------------
+
+    def watermark(self, name: str) -> datetime | None:
+        """The source's current watermark from its streaming query's progress."""
+        src = self._sources.get(name)
+        if src is None or src.query is None or src.query.lastProgress is None:
+            return None
+        wm = (src.query.lastProgress.get("eventTime") or {}).get("watermark")
+        if not wm:
+            return None
+        ts = datetime.fromisoformat(wm.replace("Z", "+00:00"))
+        return ts if ts.year > 1970 else None
+
+    def maintain_once(self) -> None:
+        """Advance each stream's horizon to its watermark, then demote and age chunks."""
+        for name in list(self._sources):
+            wm = self.watermark(name)
+            if wm is not None:
+                self.archiver.demote(wm, [name])
+        self.archiver.age()
+
+    def _maintain(self) -> None:
+        period = self.settings.archive.maintenance_interval.total_seconds()
+        while not self._stop.wait(period):
+            try:
+                self.maintain_once()
+            except Exception as exc:  # keep the job alive; the next round retries
+                print(f"moirae: maintenance failed: {exc}")
+
+    def status(self) -> dict[str, Any]:
+        return self.archiver.status()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
