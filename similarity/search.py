@@ -33,13 +33,16 @@ def search(table: IdfTable, context: Context | ContextBag, chunks: Sequence[Cont
     """Chunk by chunk, in the order given (newest first in Moirae), through :class:`TopK`."""
     scorer = QueryScorer(table, context)
     tracker = TopK(k)
-    if scorer.status is SearchStatus.OK:
+    status = _status(scorer, sum(c.n for c in chunks))
+    if status is SearchStatus.OK:
         for chunk in chunks:
             tracker.offer(scorer.score(chunk))
-    status = scorer.status
-    if status is SearchStatus.OK and sum(c.n for c in chunks) == 0:
-        status = SearchStatus.NO_HISTORY
     return SearchResult(status, tracker.items)
+
+
+def _status(scorer: QueryScorer, past_events: int) -> SearchStatus:
+    """NO_HISTORY when there is no past event to compare with, before EMPTY_QUERY."""
+    return SearchStatus.NO_HISTORY if past_events == 0 else scorer.status
 
 
 def brute_force(table: IdfTable, context: Context | ContextBag, chunks: Sequence[ContextChunk], k: int) -> SearchResult:
@@ -47,7 +50,5 @@ def brute_force(table: IdfTable, context: Context | ContextBag, chunks: Sequence
     DESIGN.md §6 ("after all chunks, the top-k equals the brute-force top-k")."""
     scorer = QueryScorer(table, context)
     whole = ContextChunk.concat(chunks)
-    status = scorer.status
-    if status is SearchStatus.OK and whole.n == 0:
-        status = SearchStatus.NO_HISTORY
+    status = _status(scorer, whole.n)
     return SearchResult(status, top_k(scorer.score(whole), k))
