@@ -44,19 +44,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from archive.abc import ChunkStore
-from recall.api import EndReason, Interval, Output, OutputKind, RecallOperator
+from recall.api import EndReason, Output, OutputKind, RecallOperator
+from recall.manager_steer import Steering
+from recall.manager_worker import Worker, WorkerLoop
 from recall.outputs import Bus
 from recall.task import RecallTask, TaskDescription, TaskIds, TaskStatus, TaskView, plan_chunks
 from scheduler.clock import Clock, MonotonicClock
 from scheduler.errors import MoiraeError, UnknownEvent
-from scheduler.events import TaskSuspended
-from scheduler.model import Priority, TaskState
+from scheduler.model import Priority
 from scheduler.scheduler import StrideScheduler
 
 log = logging.getLogger(__name__)
@@ -81,16 +81,6 @@ class ManagerClosed(RecallManagerError, RuntimeError):
 
 
 @dataclass
-class _Worker:
-    name: str
-    thread: threading.Thread | None = None
-    conn: Any = None
-    task: RecallTask | None = None
-    in_query: bool = False
-    backend_pid: int | None = None
-
-
-@dataclass
 class _Event:
     eid: str
     event_ts: Any
@@ -101,7 +91,7 @@ class _Event:
     closed: bool = False
 
 
-class RecallManager:
+class RecallManager(WorkerLoop, Steering):
     """Runs recall tasks chunk by chunk through a scheduler (see the module docstring).
 
     ``scheduler`` is a :class:`scheduler.scheduler.StrideScheduler` (default: a new one
@@ -151,7 +141,7 @@ class RecallManager:
         self._finished: dict[str, TaskView] = {}
         self._ids = TaskIds()
         self._closing = False
-        self._workers = [_Worker(f"moirae-recall-{i}") for i in range(max_concurrent)]
+        self._workers = [Worker(f"moirae-recall-{i}") for i in range(max_concurrent)]
         for w in self._workers:
             w.thread = threading.Thread(target=self._work, args=(w,), name=w.name, daemon=True)
             w.thread.start()
@@ -233,121 +223,6 @@ class RecallManager:
         self._end(task, EndReason.DONE)  # nothing in the archive for it: done at once
         return task.task_id
 
-    # -- the workers ---------------------------------------------------------------
-    def _work(self, w: _Worker) -> None:
-        try:
-            while self._quantum(w):
-                pass
-        finally:
-            self._close_conn(w)
-
-    def _quantum(self, w: _Worker) -> bool:
-        """One scheduling round of worker ``w``; False when the manager closes."""
-        with self._cond:
-            while True:
-                if self._closing:
-                    return False
-                busy = sum(1 for x in self._workers if x.task is not None)
-                grant = self.scheduler.choose(load=busy / self.max_concurrent)
-                if grant is not None:
-                    break
-                self._cond.wait(0.5)
-            task = self._tasks[grant.task_id]
-            task.status = TaskStatus.RUNNING
-            task.worker = w
-            w.task = task
-            w.in_query = True
-            chunk_id = task.next_chunk
-        assert chunk_id is not None  # a task leaves the scheduler when its chunks run out
-        t0 = self.clock.now()
-        rows = None
-        error: str | None = None
-        try:
-            conn = self._conn(w)
-            rows = self.store.run_history_query(task.spec.query, task.spec.params, chunk_id, conn=conn,
-                                                timeout_ms=self.timeout_ms)
-        except Exception as exc:
-            error = f"history-query over chunk {chunk_id} failed: {type(exc).__name__}: {exc}".strip()
-            self._reset_conn(w)
-        with self._cond:
-            w.in_query = False  # from here on no conn.cancel() may target this task
-            stop = task.stop
-        outputs: list[Output] = []
-        covered: Interval | None = None
-        if stop is None and error is None:
-            covered = task.covered(self.store.grid, chunk_id)
-            try:
-                outputs = list(task.description.recall_operator.on_chunk(task.state, chunk_id, covered, rows))
-            except Exception as exc:
-                error = f"operator {task.spec.operator!r} failed on chunk {chunk_id}: {type(exc).__name__}: {exc}"
-        elapsed = self.clock.now() - t0
-        n_rows = 0 if rows is None else len(rows)
-        if stop is None and error is None:
-            self._emit(task, outputs)
-        with self._cond:
-            task.time_spent += elapsed
-            w.task = None
-            task.worker = None
-            if error is None and stop is None:
-                task.next_index += 1
-                task.rows += n_rows
-                if task.first_chunk_at is None:
-                    task.first_chunk_at = self.clock.now()
-            end: EndReason | None = task.stop
-            if end is not None:  # cancelled / discarded meanwhile: the scheduler forgets it
-                self.scheduler.complete(task.task_id, results=n_rows)
-            elif error is not None:
-                task.error = error
-                end = EndReason.FAILED
-                self.scheduler.complete(task.task_id, results=0, done=True)
-            else:
-                done = task.next_chunk is None
-                events = self.scheduler.complete(task.task_id, results=n_rows, done=done)
-                if done:
-                    end = EndReason.DONE
-                elif any(isinstance(e, TaskSuspended) for e in events):
-                    task.status = TaskStatus.SUSPENDED
-                else:
-                    task.status = TaskStatus.RUNNABLE
-            if end is not None:
-                task.status = TaskStatus.ENDING
-            self._cond.notify_all()
-        if end is not None:
-            if end is EndReason.FAILED:
-                log.warning("recall task %s (event %s) failed: %s", task.task_id, task.spec.eid, error)
-            self._end(task, end)
-        return True
-
-    def _conn(self, w: _Worker) -> Any:
-        if w.conn is None or getattr(w.conn, "closed", False):
-            w.conn = self.store.connect()
-            try:
-                w.backend_pid = w.conn.get_backend_pid()
-            except Exception:  # not a psycopg2 connection: fine, only used for introspection
-                w.backend_pid = None
-        return w.conn
-
-    def _reset_conn(self, w: _Worker) -> None:
-        """After a failed or cancelled query: roll back, or drop a broken connection."""
-        if w.conn is None:
-            return
-        try:
-            if not w.conn.closed:
-                w.conn.rollback()
-                return
-        except Exception:
-            pass
-        self._close_conn(w)
-
-    @staticmethod
-    def _close_conn(w: _Worker) -> None:
-        conn, w.conn, w.backend_pid = w.conn, None, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
-
     # -- ending tasks and events ---------------------------------------------------
     def _end(self, task: RecallTask, reason: EndReason) -> None:
         """Finish a task whose scheduler entry is already gone; called by exactly one
@@ -410,112 +285,6 @@ class RecallManager:
                 self.sink_errors += 1
                 log.exception("a recall output sink failed on %s/%s", output.operator, output.eid)
         self.bus.publish(output)
-
-    # -- steering (M 4.4) ----------------------------------------------------------
-    def cancel(self, eid: str, wait: float | None = None) -> int:
-        """Cancel every task of ``eid``: out of the scheduler, its running queries
-        cancelled in PostgreSQL, its boundary published. Waits (up to ``wait`` seconds,
-        default ``cancel_wait``) until every one has ended; returns how many tasks were
-        cancelled. Raises UnknownEvent if the event has no open task."""
-        deadline = self._wait_deadline(wait)
-        with self._cond:
-            ev = self._events.get(eid)
-            if ev is None or ev.closed:
-                raise UnknownEvent(f"no open recall task for event {eid!r}")
-            try:
-                ids = self.scheduler.cancel(eid)
-            except UnknownEvent:
-                ids = ()
-            idle, running = self._stop_tasks(ids, EndReason.CANCELLED)
-        for task in idle:
-            self._end(task, EndReason.CANCELLED)
-        self._await_running(running, deadline)
-        return len(ids)
-
-    def expire_feedback(self, now: float | None = None) -> list[str]:
-        """Discard the tasks of every event whose feedback deadline has passed
-        (``now >= deadline``, clock time, M 4.4); returns the discarded task ids."""
-        with self._cond:
-            discarded = self.scheduler.expire(self.clock.now() if now is None else now)
-            ids = [d.task_id for d in discarded]
-            idle, running = self._stop_tasks(ids, EndReason.DISCARDED)
-        for task in idle:
-            self._end(task, EndReason.DISCARDED)
-        self._await_running(running, self._wait_deadline(None))
-        return ids
-
-    def _stop_tasks(self, ids: Iterable[str], reason: EndReason) -> tuple[list[RecallTask], list[RecallTask]]:
-        """Under the lock: mark tasks taken from the scheduler as stopped; cancel the
-        queries of running ones (their workers end them); return (idle, running)."""
-        idle, running = [], []
-        for tid in ids:
-            task = self._tasks.get(tid)
-            if task is None or task.stop is not None:
-                continue
-            task.stop = reason
-            if task.worker is not None:
-                running.append(task)
-                self._cancel_query(task)
-            else:
-                task.status = TaskStatus.ENDING
-                idle.append(task)
-        return idle, running
-
-    def _cancel_query(self, task: RecallTask) -> None:
-        w = task.worker
-        if w is not None and w.in_query and w.task is task and w.conn is not None:
-            try:
-                w.conn.cancel()
-            except Exception as exc:  # the connection broke: the worker will notice
-                log.debug("cancel of task %s's query failed: %s", task.task_id, exc)
-
-    def _await_running(self, running: list[RecallTask], deadline: float) -> None:
-        with self._cond:
-            while True:
-                left = [t for t in running if t.task_id in self._tasks or not self._boundary_done(t)]
-                if not left:
-                    return
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    log.warning("tasks %s did not stop within the cancel wait", [t.task_id for t in left])
-                    return
-                self._cond.wait(min(0.05, remaining))
-                for t in left:  # a cancel sent before the query reached the server is lost: resend
-                    self._cancel_query(t)
-
-    def _boundary_done(self, task: RecallTask) -> bool:
-        # a closed event record still present means its boundary is being published
-        ev = self._events.get(task.spec.eid)
-        return ev is None or not ev.closed
-
-    def _wait_deadline(self, wait: float | None) -> float:
-        # real time on purpose: how long a caller blocks, not a decision of the logic
-        return time.monotonic() + (self.cancel_wait if wait is None else wait)
-
-    def accelerate(self, eid: str, tickets: int) -> int:
-        """Give every task of ``eid`` ``tickets`` more tickets (it also counts as
-        feedback); returns how many tasks were accelerated."""
-        with self._cond:
-            n = len(self.scheduler.tasks(eid))
-            self.scheduler.accelerate(eid, tickets)
-            self._sync_resumed(eid)
-            self._cond.notify_all()
-            return n
-
-    def feedback(self, eid: str) -> list[str]:
-        """The user's explicit "continue" for ``eid``: resume its suspended tasks and
-        restart their feedback periods. Returns the resumed task ids."""
-        with self._cond:
-            resumed = list(self.scheduler.feedback(eid))
-            self._sync_resumed(eid)
-            self._cond.notify_all()
-            return resumed
-
-    def _sync_resumed(self, eid: str) -> None:
-        for info in self.scheduler.tasks(eid):
-            task = self._tasks.get(info.task_id)
-            if task is not None and task.status is TaskStatus.SUSPENDED and info.state is TaskState.RUNNABLE:
-                task.status = TaskStatus.RUNNABLE
 
     # -- introspection -------------------------------------------------------------
     def tasks(self, eid: str | None = None) -> list[TaskView]:

@@ -12,7 +12,7 @@ feedback suspensions and deadlines behave as in the stride scheduler.
 >>> a = f.submit("e1"); b = f.submit("e2")
 >>> picks = []
 >>> for _ in range(3):
-...     g = f.choose(); f.complete(g.task_id, results=5); picks.append(g.eid)
+...     g = f.choose(); _ = f.complete(g.task_id, results=5); picks.append(g.eid)
 >>> picks
 ['e1', 'e1', 'e1']
 """

@@ -1,0 +1,135 @@
+"""Steering of recall tasks by event id (M 4.4; DESIGN.md §4 flow 6).
+
+- ``cancel(eid)``: the scheduler drops every task of the event; tasks not running end
+  here at once; for running ones ``conn.cancel()`` is sent from the calling thread
+  (under the manager's lock, while the worker is known to be in *that* task's query)
+  and re-sent every 50 ms until the worker comes back, since a cancel that reaches the
+  server before the query does is ignored by PostgreSQL. The worker then ends the task
+  and keeps its connection for the next task.
+- ``expire_feedback()``: the same for events whose feedback deadline has passed, by the
+  injected clock (``now >= deadline`` discards).
+- ``accelerate(eid, n)`` adds tickets (and counts as feedback); ``feedback(eid)``
+  resumes suspended tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from recall.api import EndReason
+from recall.task import RecallTask, TaskStatus
+from scheduler.errors import UnknownEvent
+from scheduler.model import TaskState
+
+log = logging.getLogger("recall.manager")
+
+
+class Steering:
+    """Mixin of :class:`recall.manager.RecallManager`: cancel, accelerate, feedback."""
+
+    def cancel(self, eid: str, wait: float | None = None) -> int:
+        """Cancel every task of ``eid``: out of the scheduler, its running queries
+        cancelled in PostgreSQL, its boundary published. Waits (up to ``wait`` seconds,
+        default ``cancel_wait``) until every one has ended; returns how many tasks were
+        cancelled. Raises UnknownEvent if the event has no open task."""
+        deadline = self._wait_deadline(wait)
+        with self._cond:
+            ev = self._events.get(eid)
+            if ev is None or ev.closed:
+                raise UnknownEvent(f"no open recall task for event {eid!r}")
+            try:
+                ids = self.scheduler.cancel(eid)
+            except UnknownEvent:
+                ids = ()
+            idle, running = self._stop_tasks(ids, EndReason.CANCELLED)
+        for task in idle:
+            self._end(task, EndReason.CANCELLED)
+        self._await_running(running, deadline)
+        return len(ids)
+
+    def expire_feedback(self, now: float | None = None) -> list[str]:
+        """Discard the tasks of every event whose feedback deadline has passed
+        (``now >= deadline``, clock time, M 4.4); returns the discarded task ids."""
+        with self._cond:
+            discarded = self.scheduler.expire(self.clock.now() if now is None else now)
+            ids = [d.task_id for d in discarded]
+            idle, running = self._stop_tasks(ids, EndReason.DISCARDED)
+        for task in idle:
+            self._end(task, EndReason.DISCARDED)
+        self._await_running(running, self._wait_deadline(None))
+        return ids
+
+    def _stop_tasks(self, ids: Iterable[str], reason: EndReason) -> tuple[list[RecallTask], list[RecallTask]]:
+        """Under the lock: mark tasks taken from the scheduler as stopped; cancel the
+        queries of running ones (their workers end them); return (idle, running)."""
+        idle, running = [], []
+        for tid in ids:
+            task = self._tasks.get(tid)
+            if task is None or task.stop is not None:
+                continue
+            task.stop = reason
+            if task.worker is not None:
+                running.append(task)
+                self._cancel_query(task)
+            else:
+                task.status = TaskStatus.ENDING
+                idle.append(task)
+        return idle, running
+
+    def _cancel_query(self, task: RecallTask) -> None:
+        w = task.worker
+        if w is not None and w.in_query and w.task is task and w.conn is not None:
+            try:
+                w.conn.cancel()
+            except Exception as exc:  # the connection broke: the worker will notice
+                log.debug("cancel of task %s's query failed: %s", task.task_id, exc)
+
+    def _await_running(self, running: list[RecallTask], deadline: float) -> None:
+        with self._cond:
+            while True:
+                left = [t for t in running if t.task_id in self._tasks or not self._boundary_done(t)]
+                if not left:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    log.warning("tasks %s did not stop within the cancel wait", [t.task_id for t in left])
+                    return
+                self._cond.wait(min(0.05, remaining))
+                for t in left:  # a cancel sent before the query reached the server is lost: resend
+                    self._cancel_query(t)
+
+    def _boundary_done(self, task: RecallTask) -> bool:
+        # a closed event record still present means its boundary is being published
+        ev = self._events.get(task.spec.eid)
+        return ev is None or not ev.closed
+
+    def _wait_deadline(self, wait: float | None) -> float:
+        # real time on purpose: how long a caller blocks, not a decision of the logic
+        return time.monotonic() + (self.cancel_wait if wait is None else wait)
+
+    def accelerate(self, eid: str, tickets: int) -> int:
+        """Give every task of ``eid`` ``tickets`` more tickets (it also counts as
+        feedback); returns how many tasks were accelerated."""
+        with self._cond:
+            n = len(self.scheduler.tasks(eid))
+            self.scheduler.accelerate(eid, tickets)
+            self._sync_resumed(eid)
+            self._cond.notify_all()
+            return n
+
+    def feedback(self, eid: str) -> list[str]:
+        """The user's explicit "continue" for ``eid``: resume its suspended tasks and
+        restart their feedback periods. Returns the resumed task ids."""
+        with self._cond:
+            resumed = list(self.scheduler.feedback(eid))
+            self._sync_resumed(eid)
+            self._cond.notify_all()
+            return resumed
+
+    def _sync_resumed(self, eid: str) -> None:
+        for info in self.scheduler.tasks(eid):
+            task = self._tasks.get(info.task_id)
+            if task is not None and task.status is TaskStatus.SUSPENDED and info.state is TaskState.RUNNABLE:
+                task.status = TaskStatus.RUNNABLE

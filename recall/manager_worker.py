@@ -1,0 +1,153 @@
+"""The Recall Manager's workers: one thread and one connection per concurrent
+history-query (M 4.4: "no more than a fixed number of historical queries execute
+within the RDBMS at any time").
+
+Each worker loops: under the manager's lock it asks the scheduler for the next quantum
+(``choose``), then runs the chosen task's history-query over its next chunk on its own
+connection, outside the lock, hands the rows to the operator, publishes the outputs and,
+under the lock again, ``complete``\\ s the quantum with the number of rows (tickets are
+deducted in proportion, M 4.4). ``in_query`` is set under the lock before the query and
+cleared under the lock after it, so a cancelling thread that holds the lock and sees
+``in_query`` knows the connection is busy with *that* task's query (or about to be).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from recall.api import EndReason, Interval, Output
+from recall.task import RecallTask, TaskStatus
+from scheduler.events import TaskSuspended
+
+log = logging.getLogger("recall.manager")
+
+
+@dataclass
+class Worker:
+    name: str
+    thread: threading.Thread | None = None
+    conn: Any = None
+    task: RecallTask | None = None
+    in_query: bool = False
+    backend_pid: int | None = None
+
+
+class WorkerLoop:
+    """Mixin of :class:`recall.manager.RecallManager`: the worker threads."""
+
+    def _work(self, w: Worker) -> None:
+        try:
+            while self._quantum(w):
+                pass
+        finally:
+            self._close_conn(w)
+
+    def _quantum(self, w: Worker) -> bool:
+        """One scheduling round of worker ``w``; False when the manager closes."""
+        with self._cond:
+            while True:
+                if self._closing:
+                    return False
+                busy = sum(1 for x in self._workers if x.task is not None)
+                grant = self.scheduler.choose(load=busy / self.max_concurrent)
+                if grant is not None:
+                    break
+                self._cond.wait(0.5)
+            task = self._tasks[grant.task_id]
+            task.status = TaskStatus.RUNNING
+            task.worker = w
+            w.task = task
+            w.in_query = True
+            chunk_id = task.next_chunk
+        assert chunk_id is not None  # a task leaves the scheduler when its chunks run out
+        t0 = self.clock.now()
+        rows = None
+        error: str | None = None
+        try:
+            conn = self._conn(w)
+            rows = self.store.run_history_query(task.spec.query, task.spec.params, chunk_id, conn=conn,
+                                                timeout_ms=self.timeout_ms)
+        except Exception as exc:
+            error = f"history-query over chunk {chunk_id} failed: {type(exc).__name__}: {exc}".strip()
+            self._reset_conn(w)
+        with self._cond:
+            w.in_query = False  # from here on no conn.cancel() may target this task
+            stop = task.stop
+        outputs: list[Output] = []
+        covered: Interval | None = None
+        if stop is None and error is None:
+            covered = task.covered(self.store.grid, chunk_id)
+            try:
+                outputs = list(task.description.recall_operator.on_chunk(task.state, chunk_id, covered, rows))
+            except Exception as exc:
+                error = f"operator {task.spec.operator!r} failed on chunk {chunk_id}: {type(exc).__name__}: {exc}"
+        elapsed = self.clock.now() - t0
+        n_rows = 0 if rows is None else len(rows)
+        if stop is None and error is None:
+            self._emit(task, outputs)
+        with self._cond:
+            task.time_spent += elapsed
+            w.task = None
+            task.worker = None
+            if error is None and stop is None:
+                task.next_index += 1
+                task.rows += n_rows
+                if task.first_chunk_at is None:
+                    task.first_chunk_at = self.clock.now()
+            end: EndReason | None = task.stop
+            if end is not None:  # cancelled / discarded meanwhile: the scheduler forgets it
+                self.scheduler.complete(task.task_id, results=n_rows)
+            elif error is not None:
+                task.error = error
+                end = EndReason.FAILED
+                self.scheduler.complete(task.task_id, results=0, done=True)
+            else:
+                done = task.next_chunk is None
+                events = self.scheduler.complete(task.task_id, results=n_rows, done=done)
+                if done:
+                    end = EndReason.DONE
+                elif any(isinstance(e, TaskSuspended) for e in events):
+                    task.status = TaskStatus.SUSPENDED
+                else:
+                    task.status = TaskStatus.RUNNABLE
+            if end is not None:
+                task.status = TaskStatus.ENDING
+            self._cond.notify_all()
+        if end is not None:
+            if end is EndReason.FAILED:
+                log.warning("recall task %s (event %s) failed: %s", task.task_id, task.spec.eid, error)
+            self._end(task, end)
+        return True
+
+    def _conn(self, w: Worker) -> Any:
+        if w.conn is None or getattr(w.conn, "closed", False):
+            w.conn = self.store.connect()
+            try:
+                w.backend_pid = w.conn.get_backend_pid()
+            except Exception:  # not a psycopg2 connection: fine, only used for introspection
+                w.backend_pid = None
+        return w.conn
+
+    def _reset_conn(self, w: Worker) -> None:
+        """After a failed or cancelled query: roll back, or drop a broken connection."""
+        if w.conn is None:
+            return
+        try:
+            if not w.conn.closed:
+                w.conn.rollback()
+                return
+        except Exception:
+            pass
+        self._close_conn(w)
+
+    @staticmethod
+    def _close_conn(w: Worker) -> None:
+        conn, w.conn, w.backend_pid = w.conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
