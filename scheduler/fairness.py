@@ -6,9 +6,9 @@ of them. Its *absolute error* is ``|q - n * t / T|`` for the ``q`` quanta it got
 system made of i and j alone, ``|q_i - (q_i + q_j) * t_i / (t_i + t_j)|``, which is
 symmetric and equals ``|q_i * t_j - q_j * t_i| / (t_i + t_j)``.
 
-Stride scheduling with fixed tickets keeps every pairwise relative error below one
-quantum at every point of the run (see :func:`stride_pair_bound`); the absolute error of
-basic stride scheduling may grow with the number of tasks (O(n)).
+Stride scheduling with fixed tickets keeps every pairwise relative error at or below one
+quantum at every point of the run (:func:`stride_pair_bound`); the absolute error of
+flat stride scheduling may grow with the number of tasks (O(n)).
 
 >>> relative_error(3, 3, 0, 1)   # tickets 3:1, after a,a,a: entitled 2.25, got 3
 Fraction(3, 4)
@@ -31,17 +31,24 @@ def absolute_error(q: int, t: int, n: int, total_tickets: int) -> Fraction:
     return abs(q - Fraction(n * t, total_tickets))
 
 
-def stride_pair_bound(t_i: int, t_j: int) -> Fraction:
-    """The bound stride scheduling guarantees for the pairwise relative error of two
-    tasks with fixed tickets that joined together: ``max(t_i, t_j) / (t_i + t_j)`` < 1.
+def stride_pair_bound(t_i: int, t_j: int, *, common_base: bool = False) -> Fraction:
+    """The pairwise relative error stride scheduling guarantees for two tasks with fixed
+    tickets: 1 quantum in general; ``max(t_i, t_j) / (t_i + t_j)`` (< 1) for tasks that
+    joined at a common base pass (``pass = base + stride``, Waldspurger's join).
 
-    Why: a task is granted a quantum only while its pass is the lowest, so right after
-    the grant its previous pass ``p_i - s_i`` is <= every other pass, and that stays
-    true as passes only grow. With passes ``p = p0 + (q + 1) * s`` and ``s = S / t``,
-    ``p_i - s_i <= p_j`` gives ``q_i * t_j - q_j * t_i <= t_i``, and symmetrically
-    ``>= -t_j``. Dividing by ``t_i + t_j`` gives the bound.
+    Why. A task is granted a quantum only while its pass is the lowest, so right after
+    the grant its previous pass ``p_i - s_i`` is <= every other pass; passes only grow,
+    so this stays true, and joins keep it (:mod:`scheduler.stride`). Write
+    ``p = a + q * s`` with start pass ``a`` and ``s = S / t``. The invariant at the start
+    gives ``a_j - a_i <= s_j``, and later ``a_i + (q_i - 1) s_i <= a_j + q_j s_j``, so
+    ``(q_i - 1) / t_i <= (q_j + 1) / t_j``, i.e. ``q_i t_j - q_j t_i <= t_i + t_j``:
+    an error of at most 1. With a common base, ``a_i - s_i = a_j - s_j`` and the same
+    steps give ``q_i t_j - q_j t_i <= t_i`` (and ``>= -t_j``): at most
+    ``max(t_i, t_j) / (t_i + t_j)``.
 
-    >>> stride_pair_bound(3, 1)
+    >>> stride_pair_bound(3, 1, common_base=True)
     Fraction(3, 4)
+    >>> stride_pair_bound(3, 1)
+    Fraction(1, 1)
     """
-    return Fraction(max(t_i, t_j), t_i + t_j)
+    return Fraction(max(t_i, t_j), t_i + t_j) if common_base else Fraction(1)

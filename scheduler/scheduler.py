@@ -9,7 +9,8 @@ quanta run; a running task is never chosen again before its ``complete``.
 Policy, all from M 4.4:
 
 - Stride scheduling [49] among tasks of one priority level (:mod:`scheduler.stride`),
-  one quantum per history-query. A new task joins at the level's global pass.
+  one quantum per history-query. A new task joins at the level's global pass (plus one
+  stride, kept within one stride of the lowest active pass: see that module).
 - After each quantum, tickets are deducted in proportion to the results it produced
   (``tickets_per_result``, never below ``min_tickets``), so tasks with few results
   run more often. The pass is adjusted as Waldspurger's ``modify`` does.
@@ -32,7 +33,7 @@ caller serialises calls (it is not thread-safe by itself).
 >>> for _ in range(6):
 ...     g = s.choose(); _ = s.complete(g.task_id, results=0); picks.append(g.eid)
 >>> picks
-['e1', 'e1', 'e2', 'e1', 'e1', 'e2']
+['e1', 'e2', 'e1', 'e1', 'e2', 'e1']
 """
 
 from __future__ import annotations

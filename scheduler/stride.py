@@ -8,25 +8,28 @@ virtual time of a client holding all the tickets, and anchors joins and leaves:
 
 - ``join``: ``pass = global_pass + remain``; a new client's ``remain`` is one stride, so
   it neither jumps ahead of everyone (starving them) nor starts behind (being starved).
-- ``leave``: ``remain = pass - global_pass`` is kept, and a later ``join`` restores it.
+- ``leave``: ``remain = pass - global_pass`` is kept, and a later ``rejoin`` restores it.
 - ``modify``: the remain is rescaled by ``new_stride / old_stride`` (Waldspurger's
   ``client_modify``), so a client that gains tickets gets closer to its next quantum.
 
-Arithmetic is exact where the fairness bound depends on it. Strides and passes are
-fractions whose denominator divides the client's ticket count (``stride1 / tickets``),
-so no rounding drift builds up between clients with fixed tickets. The global pass is
-an integer plus a remainder over the global ticket count (Waldspurger's remainder
-tracking); clients join relative to its integer part, which keeps every pass's
-denominator bounded by its own ticket count (joins lose under one pass unit, a
-``1 / stride1`` part of a one-ticket quantum).
+One refinement, because the global pass moves only with granted quanta and not with
+leaves: a client that leaves with a pass above (below) the average drags the average
+below (above) ``global_pass + stride``, and this drift accumulates. Stride scheduling's
+bound rests on one invariant: every active client's *previous* pass (``pass - stride``)
+is <= every active pass. So a joining client's pass is clamped into the interval that
+keeps it, ``[L, m]`` for a new client and ``[L, m + stride]`` for a rejoin, where
+``m`` is the lowest active pass and ``L`` the highest previous pass. The upper end ``m``
+for new clients also puts each newcomer's first quantum before any active client's
+next-but-one (M 4.4: every task quickly gets some history). With no active client the
+join is Waldspurger's unchanged. See :mod:`scheduler.fairness` for the bounds.
 
 >>> q = StrideQueue(stride1=6)
 >>> q.join("a", tickets=3, seq=0); q.join("b", tickets=1, seq=1)
 >>> order = []
 >>> for _ in range(8):
 ...     c = q.pick(); q.grant(c); q.release(c); order.append(c)
->>> "".join(order)
-'aaabaaab'
+>>> "".join(order)   # a joined at pass 2; b's 6 was clamped to a's pass, 2
+'abaaabaa'
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class StrideQueue:
         self._gpass = 0  # global pass, integer part ...
         self._grem = 0  # ... plus _grem / _tickets
         self._runnable = 0
+        self._running: set[str] = set()
 
     # -- introspection -------------------------------------------------------------
     def __contains__(self, cid: object) -> bool:
@@ -101,22 +105,41 @@ class StrideQueue:
         return c.pass_ if c.active else self._gpass + c.remain
 
     # -- Waldspurger's operations --------------------------------------------------
+    def min_active_pass(self) -> Fraction | None:
+        """The lowest pass among active clients (runnable or running), or None."""
+        top = self._heap[0][0] if self.pick() is not None else None
+        running = min((self._clients[cid].pass_ for cid in self._running), default=None)
+        if top is None or running is None:
+            return top if running is None else running
+        return min(top, running)
+
     def join(self, cid: str, tickets: int, seq: int) -> None:
-        """A new client: ``pass = global_pass + stride`` (``client_init`` + ``client_join``)."""
+        """A new client: ``pass = global_pass + stride`` (``client_init`` + ``client_join``),
+        clamped into ``[L, m]`` (see the module docstring)."""
         if cid in self._clients:
             raise InvalidTickets(f"StrideQueue: client {cid!r} already present")
         _check_tickets(cid, tickets)
         stride = Fraction(self.stride1, tickets)
         c = _Client(tickets=tickets, stride=stride, pass_=Fraction(0), remain=stride, seq=seq, active=False)
         self._clients[cid] = c
-        self.rejoin(cid)
+        self._enter(cid, c, new=True)
 
     def rejoin(self, cid: str) -> None:
-        """A client that left comes back at ``global_pass + remain``, runnable."""
+        """A client that left comes back at ``global_pass + remain``, runnable, clamped
+        into ``[L, m + stride]`` (see the module docstring)."""
         c = self._get(cid)
-        if c.active:
-            return
-        c.pass_ = self._gpass + c.remain
+        if not c.active:
+            self._enter(cid, c, new=False)
+
+    def _enter(self, cid: str, c: _Client, new: bool) -> None:
+        p = self._gpass + c.remain
+        if self._tickets:
+            m = self.min_active_pass()
+            assert m is not None
+            low = max(o.pass_ - o.stride for o in self._clients.values() if o.active)
+            high = m if new else m + c.stride
+            p = min(max(p, low), high)  # if concurrency broke the invariant, low > m: favour m
+        c.pass_ = p
         c.active = True
         self._set_tickets(self._tickets + c.tickets)
         self._make_runnable(c, cid)
@@ -127,6 +150,7 @@ class StrideQueue:
         if not c.active:
             return
         c.remain = c.pass_ - self._gpass
+        self._running.discard(cid)
         self._make_unrunnable(c)
         c.active = False
         self._set_tickets(self._tickets - c.tickets)
@@ -146,11 +170,14 @@ class StrideQueue:
         scale = Fraction(c.tickets, tickets)  # new_stride / old_stride
         new_stride = Fraction(self.stride1, tickets)
         if c.active:
-            remain = (c.pass_ - self._gpass) * scale
+            # A client behind the global pass (negative remain: drift) keeps its pass, so
+            # losing tickets never moves a client earlier.
+            remain = c.pass_ - self._gpass
+            remain = remain * scale if remain > 0 else remain
             self._set_tickets(self._tickets - c.tickets + tickets)
             c.pass_ = self._gpass + remain
         else:
-            c.remain = c.remain * scale
+            c.remain = c.remain * scale if c.remain > 0 else c.remain
         c.tickets, c.stride = tickets, new_stride
         if c.runnable:  # its heap entry is stale: re-key it
             c.version += 1
@@ -175,6 +202,7 @@ class StrideQueue:
         if not c.runnable:
             raise InvalidTickets(f"StrideQueue: client {cid!r} is not runnable")
         self._make_unrunnable(c)
+        self._running.add(cid)
         c.pass_ += c.stride
         # global_pass += stride1 / global_tickets, with the remainder carried exactly
         self._grem += self.stride1
@@ -184,6 +212,7 @@ class StrideQueue:
     def release(self, cid: str) -> None:
         """The client's quantum is over: it may be picked again."""
         c = self._get(cid)
+        self._running.discard(cid)
         if c.active and not c.runnable:
             self._make_runnable(c, cid)
 
