@@ -58,7 +58,7 @@ def test_bus_drops_oldest_for_a_slow_subscriber_only():
 def test_subscription_iterates_until_closed_and_filters_by_event():
     bus = Bus()
 
-    class O:
+    class Out:
         def __init__(self, eid, n):
             self.eid, self.n = eid, n
 
@@ -67,7 +67,7 @@ def test_subscription_iterates_until_closed_and_filters_by_event():
     reader = threading.Thread(target=lambda: got.extend(o.n for o in sub))
     reader.start()
     for i in range(5):
-        bus.publish(O("e1" if i % 2 == 0 else "e2", i))
+        bus.publish(Out("e1" if i % 2 == 0 else "e2", i))
     deadline = time.monotonic() + 5
     while len(got) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
