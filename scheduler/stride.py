@@ -182,6 +182,7 @@ class StrideQueue:
         if c.runnable:  # its heap entry is stale: re-key it
             c.version += 1
             heapq.heappush(self._heap, (c.pass_, c.seq, c.version, cid))
+            self._maybe_compact()
 
     # -- allocation ----------------------------------------------------------------
     def pick(self) -> str | None:
