@@ -359,8 +359,11 @@ class GroupedMerge:
         self._post = _PostOps(spec, self._order)
 
     def add(self, rows: pd.DataFrame) -> int:
-        """Merge one chunk's partial rows; returns how many partial rows there were."""
+        """Merge one chunk's partial rows; returns how many partial rows there were.
+        An empty frame (a chunk without rows, perhaps without columns) adds nothing."""
         spec = self.spec
+        if len(rows) == 0:
+            return 0
         missing = [c for c in (*spec.group_columns, *(c for a in spec.aggregates for c in a.columns))
                    if c not in rows.columns]
         if missing:
@@ -427,6 +430,8 @@ class RowMerge:
 
     def add(self, rows: pd.DataFrame) -> int:
         spec = self.spec
+        if len(rows) == 0:
+            return 0
         names = [c for c in rows.columns if c not in spec.hidden]
         for rec in rows.to_dict("records"):
             row = {c: to_py(rec[c]) for c in names}
