@@ -183,10 +183,8 @@ class RevisionFilter(_RevisionOperator):
         self.predicate = predicate
 
     def _changed(self, eid: str, ev: _Event, key: str, old: Row | None) -> list[Output]:
-        row = ev.inputs.get(key)
+        row = ev.inputs.pop(key, None)  # what was emitted is all the state a filter needs
         passing = row is not None and bool(self.predicate(row))
-        if row is not None and not passing:
-            ev.inputs.pop(key)  # a row failing the predicate needs no state
         return self._diff(eid, ev, key, row if passing else None)
 
 
