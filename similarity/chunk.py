@@ -6,9 +6,9 @@ one row per past event, one column per vocabulary term, TF as the value; IDF is 
 only when the chunk is scored (:mod:`similarity.scorer`), so the same chunk serves every
 later event whatever the statistics have become.
 
-The matrix is kept in CSC form: a new event's context has few terms, and the dot
-product only needs those columns. A second matrix shares the CSC structure and holds TF
-squared, for the norms. Columns are vocabulary columns; a chunk built when the
+The TF matrix is kept in CSC form: a new event's context has few terms, and the dot
+product only needs those columns. TF squared is kept again in CSR form, for the norms,
+which need every entry (a row-major gather mat-vec is the fastest pass over it). Columns are vocabulary columns; a chunk built when the
 vocabulary was smaller simply has fewer columns (``n_cols``), and scoring pads.
 
 Numeric attributes are kept as coordinate triples per attribute: ``rows`` (int32),
@@ -59,7 +59,8 @@ class ContextChunk:
     eids: np.ndarray
     ts: np.ndarray
     tf: sp.csc_matrix
-    tf_sq: sp.csc_matrix
+    tf_sq: sp.csr_matrix
+    """TF squared, row-major: the norms are a gather mat-vec over all of it."""
     numeric: Mapping[str, NumericEntries] = field(default_factory=dict)
     _memo: list = field(default_factory=lambda: [None], compare=False, repr=False)
 
@@ -135,7 +136,7 @@ class ContextChunk:
         m.sort_indices()
         if m.nnz and m.data.min() < 0:
             raise SimilarityError("TF values must be >= 0")
-        sq = sp.csc_matrix((m.data * m.data, m.indices, m.indptr), shape=m.shape)
+        sq = sp.csc_matrix((m.data * m.data, m.indices, m.indptr), shape=m.shape).tocsr()
         return cls(eids=eid_arr, ts=ts_arr, tf=m, tf_sq=sq, numeric=dict(numeric or {}))
 
     @classmethod

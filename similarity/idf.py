@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -85,6 +86,20 @@ class IdfTable:
         if n_cols <= have:
             return self.idf[:n_cols]
         return np.concatenate([self.idf, np.full(n_cols - have, self.unknown_idf)])
+
+    @cached_property
+    def idf_sq(self) -> np.ndarray:
+        """``idf ** 2``, computed once per table (the norms need it for every chunk)."""
+        sq = self.idf * self.idf
+        sq.setflags(write=False)
+        return sq
+
+    def idf_sq_for_columns(self, n_cols: int) -> np.ndarray:
+        """:meth:`idf_for_columns` squared."""
+        have = self.idf.shape[0]
+        if n_cols <= have:
+            return self.idf_sq[:n_cols]
+        return np.concatenate([self.idf_sq, np.full(n_cols - have, self.unknown_idf**2)])
 
     def bag(self, context: Context) -> ContextBag:
         """The context's :class:`ContextBag` under this event type's config."""

@@ -107,8 +107,7 @@ class QueryScorer:
         held = chunk.memo(self.table.token)
         if held is not None:
             return held
-        idf = self.table.idf_for_columns(chunk.n_cols)
-        norm_sq = chunk.tf_sq @ (idf * idf) if chunk.n_cols else np.zeros(chunk.n)
+        norm_sq = chunk.tf_sq @ self.table.idf_sq_for_columns(chunk.n_cols) if chunk.n_cols else np.zeros(chunk.n)
         numeric_w = {}
         for attr, entries in chunk.numeric.items():
             table = self.table.numeric.get(attr)
@@ -129,7 +128,7 @@ class QueryScorer:
             cols = self._cols[keep]
             if cols.size:
                 a = self.table.idf_for_columns(chunk.n_cols)[cols] * self._w[keep]
-                num = chunk.tf[:, cols] @ a
+                num = _column_dot(chunk, cols, a)
         if self._numeric:
             prepared = self._prepared(chunk)
             for attr, (qv, qw) in self._numeric.items():
@@ -149,8 +148,23 @@ class QueryScorer:
         scores = np.zeros(chunk.n)
         if chunk.n and self.norm > 0:
             num = self.dot(chunk)
-            hit = num > 0
-            if hit.any():
-                norm_sq = self._prepared(chunk).norm_sq
-                scores[hit] = num[hit] / (np.sqrt(norm_sq[hit]) * self.norm)
+            denom = np.sqrt(self._prepared(chunk).norm_sq)
+            denom *= self.norm
+            np.divide(num, denom, out=scores, where=num > 0)
         return ChunkScores(eids=chunk.eids, ts=chunk.ts, scores=scores)
+
+
+def _column_dot(chunk: ContextChunk, cols: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``chunk.tf[:, cols] @ a`` reading only those columns of the CSC arrays.
+
+    One unbuffered ``np.add.at`` per query column (a loop over the new context's terms,
+    never over events) on the column's contiguous slice: no index gathering, and each
+    row accumulates in column order, exactly as a CSC mat-vec would."""
+    m = chunk.tf
+    num = np.zeros(chunk.n)
+    indptr = m.indptr
+    for j, aj in zip(cols.tolist(), a.tolist(), strict=True):
+        lo, hi = indptr[j], indptr[j + 1]
+        if hi > lo:
+            np.add.at(num, m.indices[lo:hi], m.data[lo:hi] * aj)
+    return num

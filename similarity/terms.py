@@ -57,6 +57,8 @@ def is_null(value: object) -> bool:
     """``None``, NaN, or a pandas missing-value marker (checked by type name: no pandas import)."""
     if value is None:
         return True
+    if type(value) is str:  # the common case first: isinstance against ABCs is slow
+        return False
     if isinstance(value, float):  # also numpy.float64
         return math.isnan(value)
     if isinstance(value, numbers.Real):
