@@ -190,8 +190,6 @@ class RecallManager(WorkerLoop, Steering):
                 raise UnknownOperator(f"no recall operator named {name!r} is registered") from None
 
     def _submit(self, spec: Any, desc: TaskDescription) -> str:
-        if self._closing:
-            raise ManagerClosed(f"the Recall Manager is closed; cannot submit event {spec.eid!r}")
         if spec.event_ts.tzinfo is None:
             raise ValueError(f"event {spec.eid!r}: event_ts must be timezone-aware, got {spec.event_ts!r}")
         chunks = plan_chunks(self.store.chunk_ids(spec.query.streams), self.store.grid, spec.event_ts,
@@ -199,15 +197,9 @@ class RecallManager(WorkerLoop, Steering):
         task = RecallTask(self._ids.next(), spec, desc, chunks, self.clock.now())
         task.state = desc.recall_operator.start(spec)
         with self._cond:
-            desc.template = spec.query
-            desc.submitted += 1
-            ev = self._events.get(spec.eid)
-            if ev is None or ev.closed:
-                ev = self._events[spec.eid] = _Event(spec.eid, spec.event_ts)
-            ev.tasks[task.task_id] = task
-            ev.operators[spec.operator] = None
-            self._tasks[task.task_id] = task
-            if chunks:
+            if self._closing:
+                raise ManagerClosed(f"the Recall Manager is closed; cannot submit event {spec.eid!r}")
+            if chunks:  # first, so a refused submission (bad tickets, say) leaves nothing behind
                 self.scheduler.submit(
                     spec.eid,
                     tickets=spec.tickets,
@@ -217,6 +209,15 @@ class RecallManager(WorkerLoop, Steering):
                     feedback_timeout=spec.feedback_timeout,
                     task_id=task.task_id,
                 )
+            desc.template = spec.query
+            desc.submitted += 1
+            ev = self._events.get(spec.eid)
+            if ev is None or ev.closed:
+                ev = self._events[spec.eid] = _Event(spec.eid, spec.event_ts)
+            ev.tasks[task.task_id] = task
+            ev.operators[spec.operator] = None
+            self._tasks[task.task_id] = task
+            if chunks:
                 self._cond.notify_all()
                 return task.task_id
             task.status = TaskStatus.ENDING

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable
 
@@ -87,6 +88,9 @@ class Steering:
                 log.debug("cancel of task %s's query failed: %s", task.task_id, exc)
 
     def _await_running(self, running: list[RecallTask], deadline: float) -> None:
+        # a worker that cancels from inside an output callback ends its own task later
+        me = threading.current_thread()
+        running = [t for t in running if t.worker is None or t.worker.thread is not me]
         with self._cond:
             while True:
                 left = [t for t in running if t.task_id in self._tasks or not self._boundary_done(t)]

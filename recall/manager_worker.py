@@ -40,8 +40,14 @@ class WorkerLoop:
 
     def _work(self, w: Worker) -> None:
         try:
-            while self._quantum(w):
-                pass
+            while True:
+                try:
+                    if not self._quantum(w):
+                        return
+                except Exception:  # a bug must not silently cost the manager a worker
+                    log.exception("recall worker %s: unexpected error; continuing", w.name)
+                    with self._cond:
+                        w.task, w.in_query = None, False
         finally:
             self._close_conn(w)
 
