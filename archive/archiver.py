@@ -151,7 +151,7 @@ class Archiver(ChunkStore):
         chunks start in the old tier and are not mirrored in memory (call ``age()``).
         """
         spec = self.stream(stream)
-        frame = data.to_pandas() if isinstance(data, pa.Table) else data
+        frame = data.to_pandas(types_mapper=_NULLABLE.get) if isinstance(data, pa.Table) else data
         good, dead = split_batch(frame, spec.ts_col, spec.columns, stream)
         if "_sid" not in good.columns:
             good["_sid"] = source_ids(stream, good, spec.id_columns)
@@ -311,6 +311,12 @@ class Archiver(ChunkStore):
     def run_history_query(self, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
                           conn: Any = None, timeout_ms: int | None = None) -> pd.DataFrame:
         return history.run(self, query, params, chunk_id, conn, timeout_ms)
+
+
+# Arrow -> pandas without going through float64: bigint ids above 2**53 would be rounded,
+# and Spark's NaN would become indistinguishable from null.
+_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(),
+             pa.bool_(): pd.BooleanDtype()}
 
 
 def _options(db: Database) -> str | None:

@@ -94,18 +94,60 @@ def coerce(values: pd.Series, ctype: ColumnType) -> tuple[pd.Series, np.ndarray]
     if ctype is ColumnType.TIMESTAMPTZ:
         out = to_utc(values)
     elif ctype is ColumnType.BIGINT:
-        num = pd.to_numeric(values, errors="coerce")
-        frac = num.notna() & (num != np.floor(num.fillna(0)))
-        num = num.mask(frac)
-        out = num.astype("Int64") if num.notna().any() or len(num) == 0 else pd.Series(pd.NA, index=values.index, dtype="Int64")
+        out = _to_bigint(values)
     elif ctype is ColumnType.DOUBLE:
-        out = pd.to_numeric(values, errors="coerce").astype("float64")
+        if isinstance(values.dtype, pd.Float64Dtype):
+            out = values  # nullable: NaN and null stay distinct (as Spark keeps them)
+        else:
+            out = pd.to_numeric(values, errors="coerce").astype("float64")
     elif ctype is ColumnType.BOOLEAN:
         out = values.map(_to_bool, na_action="ignore").astype("boolean")
     else:
         out = values.map(lambda v: v if isinstance(v, str) else str(v), na_action="ignore").astype("string")
     bad = present & out.isna().to_numpy()
     return out, bad
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _to_bigint(values: pd.Series) -> pd.Series:
+    """Integers exactly (never through float64, which would round ids above 2**53);
+    integral floats and numeric strings are accepted, anything else becomes NA.
+
+    >>> _to_bigint(pd.Series([2**63 - 1, None, "12", 3.0, 2.5, "x", True], dtype=object)).tolist()
+    [9223372036854775807, <NA>, 12, 3, <NA>, <NA>, <NA>]
+    """
+    if pd.api.types.is_integer_dtype(values.dtype):
+        return values.astype("Int64")
+    if pd.api.types.is_float_dtype(values.dtype):
+        ok = values.notna() & np.isfinite(values.astype("float64").fillna(0)) & (values == np.floor(values))
+        ok &= (values >= _I64_MIN) & (values < 2.0**63)
+        return values.where(ok).astype("Float64").astype("Int64")
+    return pd.Series(pd.array([_int_or_na(v) for v in values], dtype="Int64"), index=values.index)
+
+
+def _int_or_na(v):
+    if v is None or v is pd.NA or isinstance(v, bool | np.bool_):
+        return pd.NA
+    if isinstance(v, int | np.integer):
+        n = int(v)
+    elif isinstance(v, float | np.floating):
+        if not np.isfinite(v) or v != np.floor(v):
+            return pd.NA
+        n = int(v)
+    elif isinstance(v, str):
+        try:
+            n = int(v.strip())
+        except ValueError:
+            try:
+                f = float(v)
+            except ValueError:
+                return pd.NA
+            return _int_or_na(f)
+    else:
+        return pd.NA
+    return n if _I64_MIN <= n <= _I64_MAX else pd.NA
 
 
 def to_utc(values: pd.Series) -> pd.Series:

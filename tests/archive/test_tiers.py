@@ -1,0 +1,144 @@
+"""Tier transitions (M 4.1; DESIGN.md §3): present -> recent builds the stream's indexes,
+recent -> old drops them, whole chunks only, and no row is lost or duplicated."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from arch_helpers import (
+    T0,
+    catalog_rows,
+    fresh_archiver,
+    indexes_of,
+    make_archiver,
+    partition_counts,
+    rows,
+    table_rows,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archive import Tier
+from archive.names import index_name, partition_name
+
+pytestmark = pytest.mark.postgres
+
+
+def _tiers(arch):
+    return {c.chunk_id: c.tier for c in arch.chunks("metrics")}
+
+
+def _expected_indexes(arch, cid):
+    return {index_name("metrics", cid, k) for k in range(len(arch.stream("metrics").indexes))}
+
+
+def check_layout(arch):
+    """Every recent chunk has exactly the spec's indexes, present and old chunks none, and
+    the catalog says the same as pg_indexes."""
+    actual = indexes_of(arch)
+    for info in arch.chunks("metrics"):
+        have = actual.get(partition_name("metrics", info.chunk_id), set())
+        want = _expected_indexes(arch, info.chunk_id) if info.tier is Tier.RECENT else set()
+        assert have == want, (info.chunk_id, info.tier)
+        assert set(info.indexes) == want
+
+
+def test_demote_builds_indexes_and_age_drops_them(archiver):
+    archiver.append("metrics", 0, rows(60, step=timedelta(minutes=10)))  # chunks 0..9 of the test
+    cids = sorted(_tiers(archiver))
+    assert len(cids) == 10 and set(_tiers(archiver).values()) == {Tier.PRESENT}
+    assert indexes_of(archiver) == {}
+
+    moves = archiver.demote(T0 + timedelta(hours=6))
+    assert sorted(m.chunk_id for m in moves) == cids[:6]
+    assert {(m.from_tier, m.to_tier, m.action) for m in moves} == {(Tier.PRESENT, Tier.RECENT, "demote")}
+    check_layout(archiver)
+    assert len(indexes_of(archiver)) == 6
+
+    moves = archiver.age()  # R = 2: the 4 oldest recent chunks become old
+    assert sorted(m.chunk_id for m in moves) == cids[:4]
+    assert {(m.to_tier, m.action) for m in moves} == {(Tier.OLD, "unindex")}
+    tiers = _tiers(archiver)
+    assert [tiers[c] for c in cids] == [Tier.OLD] * 4 + [Tier.RECENT] * 2 + [Tier.PRESENT] * 4
+    check_layout(archiver)
+    assert archiver.age() == []  # idempotent
+
+    # a wider R (new settings, same schema) re-indexes old chunks
+    wider = make_archiver(archiver.db, recent=5)
+    moves = wider.age()
+    assert sorted(m.chunk_id for m in moves) == cids[1:4]
+    assert {m.action for m in moves} == {"index"}
+    check_layout(wider)
+    wider.close()
+    assert len(table_rows(archiver)) == 60
+
+
+def test_demote_is_by_horizon_not_clock_and_never_goes_back(archiver):
+    archiver.append("metrics", 0, rows(30, step=timedelta(minutes=10)))
+    assert archiver.demote(T0 + timedelta(minutes=59)) == []  # no chunk wholly behind it
+    assert len(archiver.demote(T0 + timedelta(hours=2))) == 2
+    assert archiver.demote(T0 + timedelta(hours=1)) == []  # an older horizon changes nothing
+    assert archiver.horizon("metrics") == T0 + timedelta(hours=2)
+    # chunks created behind the horizon by late rows are not present
+    result = archiver.append("metrics", 1, rows(2, start=T0 - timedelta(hours=5), first=99))
+    assert _tiers(archiver)[result.chunks[0]] is not Tier.PRESENT
+
+
+def test_demote_rejects_naive_horizon(archiver):
+    with pytest.raises(ValueError, match="timezone-aware"):
+        archiver.demote(T0.replace(tzinfo=None))
+
+
+def test_index_speeds_a_recent_chunk_query(archiver):
+    """The planner can use a recent chunk's index (a real index, not just a catalog entry)."""
+    archiver.append("metrics", 0, rows(3000, step=timedelta(seconds=1), hosts=500))
+    archiver.demote(T0 + timedelta(hours=1))
+    part = partition_name("metrics", archiver.grid.chunk_of(T0))
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute(f'ANALYZE "{part}"')
+        cur.execute("SET enable_seqscan = off")
+        cur.execute(f"EXPLAIN SELECT * FROM \"{part}\" WHERE host = 'h7'")
+        plan = "\n".join(r[0] for r in cur.fetchall())
+    assert index_name("metrics", archiver.grid.chunk_of(T0), 0) in plan
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_transitions_never_lose_or_duplicate_rows(pg_dsn, data):
+    """Random batches (some late) interleaved with demotions and agings: the archive
+    always holds every appended row exactly once, counts match, layouts match tiers."""
+    recent = data.draw(st.integers(0, 3), label="R")
+    steps = data.draw(st.lists(st.one_of(
+        st.tuples(st.just("append"), st.integers(0, 25), st.integers(0, 12 * 60), st.integers(1, 40)),
+        st.tuples(st.just("demote"), st.integers(0, 14)),
+        st.just(("age",)),
+    ), min_size=1, max_size=10), label="steps")
+    with fresh_archiver(pg_dsn, recent=recent) as arch:
+        expected, batch = [], 0
+        for step in steps:
+            if step[0] == "append":
+                _, n, offset_min, every_min = step
+                frame = rows(n, start=T0 + timedelta(minutes=offset_min), step=timedelta(minutes=every_min),
+                             first=len(expected))
+                arch.append("metrics", batch, frame)
+                arch.append("metrics", batch, frame)  # and a replay
+                expected.extend(frame["n"])
+                batch += 1
+            elif step[0] == "demote":
+                arch.demote(T0 + timedelta(hours=step[1]))
+            else:
+                arch.age()
+        got = table_rows(arch)["n"].tolist()
+        assert got == sorted(expected)
+        assert catalog_rows(arch) == partition_counts(arch)
+        horizon = arch.horizon("metrics")
+        for info in arch.chunks("metrics"):
+            if info.tier is Tier.PRESENT:
+                assert horizon is None or info.end > horizon
+        arch.age()
+        check_layout(arch)
+        behind = [c for c in arch.chunks("metrics") if c.tier is not Tier.PRESENT]
+        assert [c.tier for c in behind] == [Tier.RECENT] * min(recent, len(behind)) + \
+            [Tier.OLD] * max(0, len(behind) - recent)
+        assert table_rows(arch)["n"].tolist() == sorted(expected)
