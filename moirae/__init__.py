@@ -1,6 +1,17 @@
-"""Moirae: history-enhanced monitoring on Spark Structured Streaming and PostgreSQL."""
+"""Moirae: history-enhanced monitoring on Spark Structured Streaming and PostgreSQL.
 
-from moirae.engine import Engine, EngineError
+``Engine`` is imported lazily, so the CLI's ``--help`` does not pay for pandas,
+pyarrow and psycopg2.
+"""
+
 from scheduler.errors import MoiraeError
 
 __all__ = ["Engine", "EngineError", "MoiraeError"]
+
+
+def __getattr__(name: str):
+    if name in ("Engine", "EngineError"):
+        from moirae import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'moirae' has no attribute {name!r}")

@@ -6,14 +6,10 @@ Every command has ``--help``; bad input exits non-zero with one line saying why.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
-from collections.abc import Callable
 
 from scheduler.errors import MoiraeError
-
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,17 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def command(name: str):
-    def register(fn):
-        COMMANDS[name] = fn
-        return fn
-    return register
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     key = args.command if args.command != "archive" else f"archive {args.archive_command}"
     from moirae import commands  # noqa: F401  (registers the command functions)
+    from moirae.commands.registry import COMMANDS
 
     try:
         return COMMANDS[key](args)
@@ -78,10 +68,6 @@ def main(argv: list[str] | None = None) -> int:
 def install_sigterm() -> None:
     """Treat SIGTERM like Ctrl-C so `run` stops cleanly and prints its summary."""
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-
-
-def print_json(obj) -> None:
-    print(json.dumps(obj, indent=2, default=str))
 
 
 if __name__ == "__main__":

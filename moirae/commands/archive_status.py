@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moirae.cli import command, print_json
+from moirae.commands.registry import command, print_json
 from moirae.status_view import render_status
 
 

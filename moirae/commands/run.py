@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from moirae.cli import command, install_sigterm
+from moirae.cli import install_sigterm
+from moirae.commands.registry import command
 from moirae.status_view import render_status
 
 
