@@ -32,7 +32,7 @@ from similarity.terms import Context, ContextBag
 from similarity.vocabulary import Vocabulary
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NumericEntries:
     """The values of one numeric attribute in a chunk: row, value, TF per entry."""
 
@@ -52,7 +52,7 @@ def ts_key(ts: Any) -> np.ndarray:
     return arr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ContextChunk:
     """``n`` past events (``eids``, ``ts``) and their contexts as TF (see module doc)."""
 

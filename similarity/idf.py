@@ -54,7 +54,7 @@ from similarity.terms import Context, ContextBag, bag_of
 from similarity.vocabulary import Vocabulary
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class IdfTable:
     """IDF of one event type, frozen at one moment. Obtain it from
     :meth:`ContextStatistics.table`; ``token`` identifies it (for per-table caches)."""

@@ -41,7 +41,7 @@ class SearchStatus(StrEnum):
     """The new context has no term with positive weight: nothing can be similar."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ChunkScores:
     """Cosine of the new context with each past event of one chunk."""
 
@@ -53,7 +53,7 @@ class ChunkScores:
         return int(self.scores.shape[0])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Prepared:
     """What depends on (chunk, table) only: squared norms and numeric past weights."""
 

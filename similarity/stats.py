@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from similarity.config import SimilarityConfig
-from similarity.errors import NotLearned, SnapshotError
+from similarity.errors import NotLearned, SimilarityError, SnapshotError
 from similarity.idf import IdfTable
 from similarity.synopsis import NumericSynopsis
 from similarity.terms import Context, ContextBag, bag_of
@@ -66,7 +66,7 @@ class ContextStatistics:
     def learn_one(self, context: Context | ContextBag) -> None:
         """Count one event's context: E += 1, C_k += 1 for each distinct term, and each
         numeric value into its synopsis. Raises ``NonNumericValue`` (nothing counted)."""
-        bag = context if isinstance(context, ContextBag) else self.bag(context)
+        bag = self._checked(context)
         self._table = None
         self.events += 1
         cols = [self.vocabulary.add(t) for t in bag.terms]
@@ -74,13 +74,28 @@ class ContextStatistics:
         if cols:
             self._df[np.asarray(cols, dtype=np.int64)] += 1
         for attr, values in bag.numeric.items():
-            syn = self.numeric[attr]
+            syn = self._synopsis(attr)
             for v, tf in values.items():
                 syn.learn(v, tf)
 
+    def _checked(self, context: Context | ContextBag) -> ContextBag:
+        """The context as a bag, with every numeric attribute declared (checked before
+        anything is counted, so a bad context changes nothing)."""
+        if not isinstance(context, ContextBag):
+            return self.bag(context)
+        for attr in context.numeric:
+            if attr not in self.numeric:
+                raise SimilarityError(
+                    f"event type {self.event_type!r}: numeric attribute {attr!r} is not declared in the config"
+                )
+        return context
+
+    def _synopsis(self, attr: str) -> NumericSynopsis:
+        return self.numeric[attr]
+
     def learn_many(self, contexts: Iterable[Context | ContextBag]) -> None:
         """Count many contexts in one pass (bags are made first, so a bad value counts nothing)."""
-        bags = [c if isinstance(c, ContextBag) else self.bag(c) for c in contexts]
+        bags = [self._checked(c) for c in contexts]
         if not bags:
             return
         self._table = None
@@ -93,14 +108,14 @@ class ContextStatistics:
             )
         for b in bags:
             for attr, values in b.numeric.items():
-                syn = self.numeric[attr]
+                syn = self._synopsis(attr)
                 for v, tf in values.items():
                     syn.learn(v, tf)
 
     def unlearn_one(self, context: Context | ContextBag) -> None:
         """Exact inverse of :meth:`learn_one` (the vocabulary keeps its columns).
         ``NotLearned`` if the context was not counted; then nothing changes."""
-        bag = context if isinstance(context, ContextBag) else self.bag(context)
+        bag = self._checked(context)
         if self.events < 1:
             raise NotLearned(f"event type {self.event_type!r}: no context learned, cannot unlearn")
         cols = []

@@ -56,7 +56,7 @@ def kernel(d: np.ndarray | float, h: float) -> np.ndarray:
     return np.exp(-0.5 * z * z)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NumericTable:
     """A frozen synopsis: ``means``/``counts`` per bin, ``n`` values, bandwidth ``h``."""
 

@@ -60,8 +60,8 @@ def _candidates(scores: ChunkScores, k: int) -> list[Neighbour]:
         kth = -np.partition(-s[idx], k - 1)[k - 1]
         idx = idx[s[idx] >= kth]
     return [
-        Neighbour(eid=scores.eids[i].item(), ts=scores.ts[i].item(), score=float(s[i]))
-        for i in idx.tolist()
+        Neighbour(eid=e, ts=t, score=x)
+        for e, t, x in zip(scores.eids[idx].tolist(), scores.ts[idx].tolist(), s[idx].tolist(), strict=True)
     ]
 
 

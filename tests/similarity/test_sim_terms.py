@@ -99,3 +99,12 @@ def test_unseen_query_term_gets_the_largest_idf():
     s.learn_many([[{"u": "a"}]] * 4)
     t = s.table()
     assert t.term_idf("u=never") == pytest.approx(math.log(4))
+
+
+def test_a_bag_with_an_undeclared_numeric_attribute_is_refused_before_counting():
+    from similarity import ContextBag, SimilarityError
+
+    s = ContextStatistics()
+    with pytest.raises(SimilarityError, match="'load'"):
+        s.learn_many([ContextBag(terms={"u=a": 1}), ContextBag(numeric={"load": {1.0: 1}})])
+    assert s.events == 0 and s.doc_freq("u=a") == 0

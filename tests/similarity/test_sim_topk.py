@@ -182,3 +182,11 @@ def test_numeric_chunked_equals_brute_force():
     qbag = table.bag(query)
     want = [cosine(qbag, table.bag(c), table) for c in hist[:70]]
     np.testing.assert_allclose(scores, want, rtol=1e-9)
+
+
+def test_object_dtype_eids_as_pandas_would_hand_them_over():
+    t = TopK(2)
+    eids = np.array(["ev-1", "ev-2", "ev-3"], dtype=object)
+    t.offer(ChunkScores(eids, np.array([3.0, 2.0, 1.0]), np.array([0.1, 0.9, 0.1])))
+    assert [n.eid for n in t.items] == ["ev-2", "ev-1"]
+    assert all(type(n.eid) is str for n in t.items)
