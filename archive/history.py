@@ -65,6 +65,11 @@ def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
     tree = _parse(sql)
     streams = []
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+    shadowing = sorted(ctes & known_streams)
+    if shadowing:
+        # ``WITH metrics AS (SELECT * FROM metrics)`` would read the whole stream, every
+        # chunk, through a name the chunk slicing leaves alone.
+        raise UnsafeQuery(f"history-query may not name a CTE after the archived stream {shadowing[0]!r}: {sql!r}")
     for table in tree.find_all(exp.Table):
         if not table.name or table.name in ctes:
             continue
@@ -75,11 +80,13 @@ def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
             raise UnsafeQuery(f"history-query reads unknown stream {table.name!r} (archived streams: {known})")
         if table.name not in streams:
             streams.append(table.name)
+    if any(True for _ in tree.find_all(exp.Parameter)):
+        raise UnsafeQuery(f"history-query uses a positional parameter ($n); name it (:name): {sql!r}")
     if not streams:
         raise UnsafeQuery(f"history-query reads no archived stream: {sql!r}")
     params = []
     for ph in tree.find_all(exp.Placeholder):
-        if not ph.name:
+        if not ph.name or ph.args.get("jdbc") or not _PARAM_NAME.match(ph.name):
             raise UnsafeQuery(f"history-query uses a positional placeholder; name it (:name): {sql!r}")
         if ph.name not in params:
             params.append(ph.name)
@@ -111,6 +118,7 @@ def _parse(sql: str) -> exp.Expression:
 
 
 _MARK = "__moirae_param_{}_end__"
+_PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @functools.lru_cache(maxsize=512)
