@@ -223,9 +223,8 @@ class Archiver(ChunkStore):
 
     def _mirror(self, spec, good, chunk_ids, tiers_now, bulk) -> None:
         for cid, tier in tiers_now.items():
-            if tier is not Tier.PRESENT:
-                continue
-            if bulk:
+            if tier is not Tier.PRESENT or bulk:
+                # a non-present chunk read through present_frame() must not stay stale
                 self.present.invalidate(spec.name, cid)
             else:
                 self.present.add(spec.name, cid, good[chunk_ids == cid].drop(columns=["_batch"]))
@@ -259,7 +258,9 @@ class Archiver(ChunkStore):
             return [r[0] for r in cur.fetchall()]
 
     def present_frame(self, stream: str, chunk_id: int) -> pd.DataFrame:
-        """The rows of one chunk, from memory when it is a present chunk already loaded."""
+        """The rows of one chunk (``_sid``, event time, payload). A present chunk is held in
+        memory once read (and kept up to date by appends); any other chunk is read from
+        PostgreSQL each time."""
         spec = self.stream(stream)
 
         def load() -> pd.DataFrame:
@@ -271,11 +272,35 @@ class Archiver(ChunkStore):
                             f"FROM {quote(partition_name(stream, chunk_id))}")
                 return pd.DataFrame(cur.fetchall(), columns=cols)
 
-        return self.present.get(stream, chunk_id, load)
+        if self._tier(stream, chunk_id) is Tier.PRESENT:
+            return self.present.get(stream, chunk_id, load)
+        self.present.invalidate(stream, chunk_id)  # only present chunks are held in memory
+        return load()
+
+    def _tier(self, stream: str, chunk_id: int) -> Tier | None:
+        with self._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT tier FROM moirae_chunks WHERE stream = %s AND chunk_id = %s AND NOT dropped",
+                        (stream, chunk_id))
+            row = cur.fetchone()
+        return Tier(row[0]) if row else None
 
     def _has_partition(self, cur, stream: str, chunk_id: int) -> bool:
         cur.execute("SELECT to_regclass(%s) IS NOT NULL", (quote(partition_name(stream, chunk_id)),))
         return bool(cur.fetchone()[0])
+
+    def read(self, stream: str, start: datetime, end: datetime, with_ids: bool = False) -> pd.DataFrame:
+        """Rows of ``stream`` with ``start <= ts <= end`` (both inclusive), ordered by time.
+        A plain read for the engine (contexts, replicas), not a user history-query."""
+        spec = self.stream(stream)
+        cols = [*(["_sid"] if with_ids else []), *[c for c, _ in spec.id_columns]]
+        ts = quote(spec.ts_col)
+        with self._conn() as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(quote(c) for c in cols)} FROM {quote(stream)} "
+                        f"WHERE {ts} >= %s AND {ts} <= %s ORDER BY {ts}", (start, end))
+            frame = pd.DataFrame(cur.fetchall(), columns=cols)
+        if len(frame):
+            frame[spec.ts_col] = pd.to_datetime(frame[spec.ts_col], utc=True)
+        return frame
 
     def dead_letters(self, stream: str | None = None, limit: int = 100) -> list[dict]:
         with self._conn() as conn, conn.cursor() as cur:
