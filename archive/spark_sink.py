@@ -63,3 +63,22 @@ def archive_batches(archiver: Archiver, stream: str,
             on_batch(result, batch_df)
 
     return write
+
+
+def spark_schema(spec: StreamSpec, with_ids: bool = False):
+    """The Spark schema of a stream's archived rows (event time first, then payload)."""
+    from pyspark.sql.types import StructField, StructType, _parse_datatype_string
+
+    fields = [StructField("_sid", _parse_datatype_string("bigint"))] if with_ids else []
+    fields += [StructField(c, _parse_datatype_string(_SPARK_TYPES[t])) for c, t in spec.id_columns]
+    return StructType(fields)
+
+
+def to_spark(spark, frame, spec: StreamSpec, with_ids: bool = False):
+    """A static Spark DataFrame of archived rows (as read by ``Archiver.read``)."""
+    schema = spark_schema(spec, with_ids)
+    if len(frame) == 0:
+        return spark.createDataFrame([], schema)
+    cols = [f.name for f in schema.fields]
+    clean = frame[cols].astype(object).where(frame[cols].notna(), None)
+    return spark.createDataFrame(clean, schema)

@@ -21,9 +21,10 @@ from typing import Any
 
 from archive import Archiver, Database, RetentionPolicy
 from archive.pg import ENV_DSN, embedded_dsn
-from archive.spark_sink import archive_batches, spec_from_spark_schema
+from archive.spark_sink import archive_batches, prepare_batch, spec_from_spark_schema
 from moirae import config as config_mod
 from moirae.config import Settings
+from moirae.deploy import DeployManager
 from moirae.spark import spark_session
 from scheduler.errors import MoiraeError
 
@@ -38,6 +39,7 @@ class _Source:
     df: Any
     ts: str
     lateness: str
+    payload: list[str]
     query: Any = None
 
 
@@ -56,6 +58,7 @@ class Engine:
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self.started = False
+        self.deploy = DeployManager(self)
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None = None, **overrides: Any) -> Engine:
@@ -85,9 +88,12 @@ class Engine:
         if not df.isStreaming:
             raise EngineError(f"source {name!r} must be a streaming DataFrame (spark.readStream...)")
         spec = spec_from_spark_schema(name, df.schema, ts, indexes=indexes, retention=retention)
-        self.archiver.register_stream(spec)
-        watermarked = df.withWatermark(ts, lateness)
-        self._sources[name] = _Source(name, watermarked, ts, lateness)
+        spec = self.archiver.register_stream(spec)
+        # Cast to the archive's types first, so Ananke's source ids (hashed over these
+        # columns in the live query) equal the ids the Archiver stores.
+        typed = prepare_batch(df, spec).drop("_sid")
+        watermarked = typed.withWatermark(ts, lateness)
+        self._sources[name] = _Source(name, watermarked, ts, lateness, list(spec.columns))
         if self.started:
             self._start_source(self._sources[name])
         return watermarked
@@ -99,6 +105,40 @@ class Engine:
                      .option("checkpointLocation", str(self.checkpoint_dir(src.name)))
                      .trigger(processingTime=trigger).start())
 
+    # -- hybrid queries (M 3), deployed by the Deploy Manager (M 4.2) -------------------
+
+    def event_query(self, name: str, fn, inputs, eid: str = "eid", ts: str = "ts"):
+        """Deploy an event-query (M 3.1): ``fn(*instrumented inputs)`` returns the
+        instrumented stream of events with columns ``eid`` and ``ts``. May be called while
+        the engine runs (M 4.2)."""
+        return self.deploy.event_query(name, fn, inputs, eid, ts)
+
+    def context_query(self, event_name: str, fn, inputs, name: str | None = None, window="5m",
+                      surrounding: bool = False):
+        """Attach a context-query (M 3.3) to an event-query: ``fn(events, *inputs)``
+        returns ``(eid, ts, attrs...)`` tuples describing each event."""
+        return self.deploy.context_query(event_name, fn, inputs, name, window, surrounding)
+
+    def recall(self, event_name: str, sql: str, name: str | None = None, **kwargs):
+        """Attach a Recall (M 3.2): a history-query template run chunk by chunk for each event."""
+        return self.deploy.recall(event_name, sql, name, **kwargs)
+
+    def similarity_recall(self, event_name: str, k: int | None = None, name: str | None = None, **kwargs):
+        """Attach a Similarity Recall (M 3.4): the k past events of the same type with the
+        most similar context."""
+        return self.deploy.similarity_recall(event_name, k, name, **kwargs)
+
+    def cancel(self, eid: str):
+        """Cancel every recall task of an event (M 4.4) and its running SQL."""
+        return self.deploy.manager.cancel(eid)
+
+    def accelerate(self, eid: str, tickets: int = 100):
+        """Give every recall task of an event more tickets (M 4.4)."""
+        return self.deploy.manager.accelerate(eid, tickets)
+
+    def _on_events(self, flow, frame, batch_id: int, replay: bool) -> None:
+        self.deploy.on_events(flow, frame, batch_id, replay)
+
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> Engine:
@@ -106,6 +146,7 @@ class Engine:
             return self
         for src in self._sources.values():
             self._start_source(src)
+        self.deploy.start()
         self.started = True
         self._stop.clear()
         self._maintenance = threading.Thread(target=self._maintain, name="moirae-maintenance", daemon=True)
@@ -123,6 +164,7 @@ class Engine:
 
     def stop(self) -> None:
         self._stop.set()
+        self.deploy.stop()
         for src in self._sources.values():
             if src.query is not None:
                 src.query.stop()
@@ -135,6 +177,7 @@ class Engine:
     def close(self) -> None:
         if self.started:
             self.stop()
+        self.deploy.close()
         self.archiver.close()
 
     # -- maintenance -----------------------------------------------------------------
@@ -151,11 +194,18 @@ class Engine:
         return ts if ts.year > 1970 else None
 
     def maintain_once(self) -> None:
-        """Advance each stream's horizon to its watermark, then demote and age chunks."""
+        """Move each source stream's expiry horizon, then demote and age chunks
+        (DESIGN.md §3): a stream read by instrumented event-queries uses Ananke's horizon
+        ``min W_K - U`` over them; any other stream its own watermark (U = 0)."""
+        horizons = self.deploy.horizons()
         for name in list(self._sources):
-            wm = self.watermark(name)
+            h = horizons[name] if name in horizons else self.watermark(name)
+            if h is not None:
+                self.archiver.demote(h, [name])
+        for flow in self.deploy.flows.values():
+            wm = flow.horizon()
             if wm is not None:
-                self.archiver.demote(wm, [name])
+                self.archiver.demote(wm + flow.U, [flow.stream])
         self.archiver.age()
 
     def _maintain(self) -> None:

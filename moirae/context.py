@@ -1,0 +1,46 @@
+"""Computing event contexts (M 3.3) with the context-query functions.
+
+For a batch of events, each context-query gets the events and, per input stream, the
+archived tuples valid in ``[event_ts - window, event_ts]`` (the union over the batch),
+as static Spark DataFrames. The same function runs over archived chunks when a replica
+materializes history, so live and past contexts are computed alike (M 4.2).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+
+from archive.spark_sink import to_spark
+from moirae.hybrid import ContextQuery, QueryDefinitionError
+
+
+def compute_context(spark, archiver, cq: ContextQuery, events: pd.DataFrame, ev_spec,
+                    eid: str = "eid", ts: str = "ts"):
+    """Run one context-query for ``events``; returns its ``(eid, ts, attrs...)`` rows and
+    their Spark schema."""
+    lo = events[ts].min() - cq.window
+    hi = events[ts].max() + timedelta(microseconds=1)
+    inputs = []
+    for name in cq.inputs:
+        spec = archiver.stream(name)
+        inputs.append(to_spark(spark, archiver.read(name, lo.to_pydatetime(), hi.to_pydatetime()), spec))
+    ev_df = to_spark(spark, events, ev_spec)
+    out = cq.fn(ev_df, *inputs)
+    if eid not in out.columns or ts not in out.columns:
+        raise QueryDefinitionError(f"context-query {cq.name!r} of {cq.event!r} must produce columns "
+                                   f"{eid!r} and {ts!r}, got {out.columns}")
+    frame = out.toArrow().to_pandas()
+    if len(frame):
+        frame[ts] = pd.to_datetime(frame[ts], utc=True)
+    return frame, out.schema
+
+
+def context_tuples(frame: pd.DataFrame, eid_value: str, eid: str = "eid", ts: str = "ts") -> list[dict]:
+    """The context of one event: its tuples as attribute dicts (eid and ts removed)."""
+    if frame.empty:
+        return []
+    rows = frame[frame[eid] == eid_value].drop(columns=[eid, ts])
+    return [{k: v for k, v in r.items() if v is not None and not (isinstance(v, float) and pd.isna(v))}
+            for r in rows.to_dict("records")]

@@ -1,0 +1,201 @@
+"""The Deploy Manager (M 4.2-4.3): deploys hybrid queries on a running engine.
+
+- *Archive inference* (M 4.1-4.2): raw sources are archived by the engine; the events
+  of every event-query and the tuples of every context-query are archived as
+  intermediate streams (``ev_<event>``, ``cx_<event>_<name>``), because Similarity
+  Recall re-reads them and replicas re-create them.
+- Recall operators (M 3.2, 3.4) are registered with the Recall Manager; for each new
+  event the Deploy Manager computes its context, records it, and submits one recall
+  task per operator attached to its event-query.
+- The Recall Manager's outputs are stored (``moirae_recall_outputs``) and published on
+  the bus the API and console subscribe to.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+
+from archive.spark_sink import spec_from_spark_schema
+from moirae.context import compute_context, context_tuples
+from moirae.events import EventLog, EventRecord
+from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
+from moirae.live import EventFlow
+from recall.api import OutputKind
+from recall.manager import RecallManager
+from recall.operator import Recall
+from recall.outputs import ResultsTable
+from scheduler.config import SchedulerConfig
+from scheduler.scheduler import StrideScheduler
+
+log = logging.getLogger(__name__)
+
+
+class DeployManager:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        rc = engine.settings.recall
+        self.scheduler = StrideScheduler(SchedulerConfig(
+            default_tickets=rc.default_tickets, min_tickets=rc.min_tickets,
+            tickets_per_result=rc.tickets_per_result, light_load=rc.materialization_load_threshold,
+            feedback_period=rc.feedback_period, feedback_timeout=rc.feedback_timeout.total_seconds()))
+        self.results = ResultsTable(engine.db)
+        self.events = EventLog(engine.db)
+        self.manager = RecallManager(
+            engine.archiver, self.scheduler, max_concurrent=rc.max_concurrent,
+            on_output=[self.results.append, self._on_output],
+            timeout_ms=engine.settings.archive.settings().statement_timeout_ms)
+        self.event_queries: dict[str, EventQuery] = {}
+        self.flows: dict[str, EventFlow] = {}
+        self.contexts: dict[str, list[ContextQuery]] = {}
+        self.operators: dict[str, list[str]] = {}
+        self.alert_latencies: list[float] = []
+        self._lock = threading.Lock()
+
+    # -- deployment ------------------------------------------------------------------
+
+    def event_query(self, name: str, fn, inputs, eid: str = "eid", ts: str = "ts") -> EventQuery:
+        check_name("event-query", name)
+        if name in self.event_queries:
+            raise QueryDefinitionError(f"event-query {name!r} is already deployed")
+        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        q = EventQuery(name, fn, inputs, eid, ts)
+        flow = EventFlow(self.engine, q, provenance=self.engine.settings.ananke.enabled)
+        self.event_queries[name] = q
+        self.flows[name] = flow
+        self.operators.setdefault(name, [])
+        if self.engine.started:
+            self._start_flow(flow)
+        return q
+
+    def context_query(self, event: str, fn, inputs, name: str | None = None, window: timedelta | str = "5m",
+                      surrounding: bool = False) -> ContextQuery:
+        from moirae.config import parse_duration
+
+        self._need_event(event, "context-query")
+        existing = self.contexts.setdefault(event, [])
+        name = check_name("context-query", name or f"c{len(existing)}")
+        if any(c.name == name for c in existing):
+            raise QueryDefinitionError(f"context-query {name!r} of {event!r} is already deployed")
+        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        for s in inputs:
+            self.engine.archiver.stream(s)
+        cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding)
+        existing.append(cq)
+        return cq
+
+    def recall(self, event: str, sql: str, name: str | None = None, **kwargs: Any) -> Recall:
+        self._need_event(event, "Recall")
+        name = check_name("recall", name or f"{event}_recall{len(self.operators[event])}")
+        q = self.event_queries[event]
+        kwargs.setdefault("feedback_period", self.engine.settings.recall.feedback_period)
+        kwargs.setdefault("tickets", self.engine.settings.recall.default_tickets)
+        op = Recall(name, sql, store=self.engine.archiver, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
+        self.manager.register(op)
+        self.operators[event].append(name)
+        return op
+
+    def similarity_recall(self, event: str, k: int | None = None, name: str | None = None, **kwargs: Any):
+        from recall.similarity_recall import SimilarityRecall
+
+        self._need_event(event, "Similarity Recall")
+        name = check_name("similarity recall", name or f"{event}_similar")
+        cqs = [c for c in self.contexts.get(event, []) if not c.surrounding]
+        op = SimilarityRecall(name, event=event, store=self.engine.archiver,
+                              context_streams=[context_stream(event, c.name) for c in cqs],
+                              k=k or self.engine.settings.similarity.k, **kwargs)
+        self.manager.register(op)
+        self.operators[event].append(name)
+        return op
+
+    def _need_event(self, event: str, what: str) -> None:
+        if event not in self.event_queries:
+            raise QueryDefinitionError(f"{what} attached to unknown event-query {event!r} "
+                                       f"(deployed: {sorted(self.event_queries)})")
+
+    # -- running ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        for flow in self.flows.values():
+            self._start_flow(flow)
+        for record in self.events.open_events():  # resume recall of events left open
+            names = self.operators.get(record.event, [])
+            if names:
+                self.manager.submit(record.as_event(), names)
+
+    def _start_flow(self, flow: EventFlow) -> None:
+        e = self.engine
+        flow.start(str(e.checkpoint_dir(flow.stream)),
+                   f"{int(e.settings.spark.trigger.total_seconds() * 1000)} milliseconds")
+
+    def stop(self) -> None:
+        for flow in self.flows.values():
+            flow.stop()
+
+    def close(self) -> None:
+        self.stop()
+        self.manager.close()
+        self.results.close()
+
+    def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
+        """New events from a live batch: contexts, the event log, recall submission."""
+        q = flow.query
+        contexts = {}
+        ev_spec = self.engine.archiver.stream(flow.stream)
+        for cq in self.contexts.get(q.name, []):
+            cx, schema = compute_context(self.engine.spark, self.engine.archiver, cq, frame, ev_spec, q.eid, q.ts)
+            stream = context_stream(q.name, cq.name)
+            if stream not in {s.name for s in self.engine.archiver.streams()}:
+                self.engine.archiver.register_stream(spec_from_spark_schema(stream, schema, q.ts, kind="context",
+                                                                            indexes=[(q.eid,)]))
+            if len(cx):
+                self.engine.archiver.append(stream, batch_id, cx)
+            contexts[cq] = cx
+        records = []
+        for row in frame.to_dict("records"):
+            eid = str(row[q.eid])
+            attrs = {k: v for k, v in row.items() if k not in (q.eid, q.ts)}
+            rec = EventRecord(q.name, eid, row[q.ts].to_pydatetime(), attrs)
+            for cq, cx in contexts.items():
+                tuples = context_tuples(cx, row[q.eid], q.eid, q.ts)
+                if cq.surrounding:
+                    rec.surrounding[cq.name] = tuples
+                else:
+                    rec.context.extend(tuples)
+            records.append(rec)
+        new = self.events.add(records)
+        for rec in new:
+            self.manager.bus.publish({"type": "event", **rec.to_json()})
+            names = self.operators.get(q.name, [])
+            if names:
+                self.manager.submit(rec.as_event(), names)
+            else:
+                self.events.mark_ended(rec.eid)
+
+    def _on_output(self, out) -> None:
+        if out.kind is OutputKind.BOUNDARY:
+            self.events.mark_ended(out.eid)
+            return
+        latency = self.events.note_history(out.eid)
+        if latency is not None:
+            with self._lock:
+                self.alert_latencies.append(latency)
+
+    def horizons(self) -> dict[str, Any]:
+        """Per source stream: the minimum expiry horizon of the instrumented queries
+        reading it (A 5: W - U); streams no query reads are absent."""
+        out: dict[str, Any] = {}
+        for flow in self.flows.values():
+            h = flow.horizon()
+            for stream in flow.query.inputs:
+                if stream in out and (out[stream] is None or h is None):
+                    out[stream] = None
+                elif stream in out:
+                    out[stream] = min(out[stream], h)
+                else:
+                    out[stream] = h
+        return out

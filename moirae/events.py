@@ -1,0 +1,127 @@
+"""The event log: every detected event, its context, and whether its recall is open.
+
+``moirae_events`` is the durable record (one row per eid, inserted once, so a replayed
+micro-batch never submits an event's recall twice); recent events are also kept in
+memory for the API and the console.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+DDL = """
+CREATE TABLE IF NOT EXISTS moirae_events (
+    eid          text PRIMARY KEY,
+    event        text NOT NULL,
+    ts           timestamptz NOT NULL,
+    attrs        jsonb NOT NULL,
+    context      jsonb NOT NULL DEFAULT '[]',
+    surrounding  jsonb NOT NULL DEFAULT '{}',
+    detected_at  timestamptz NOT NULL DEFAULT now(),
+    recall_ended boolean NOT NULL DEFAULT false
+);
+CREATE INDEX IF NOT EXISTS moirae_events_event_ts ON moirae_events (event, ts DESC);
+"""
+
+
+@dataclass
+class EventRecord:
+    event: str
+    eid: str
+    ts: datetime
+    attrs: dict[str, Any]
+    context: list[dict] = field(default_factory=list)
+    surrounding: dict[str, list[dict]] = field(default_factory=dict)
+    detected_mono: float = field(default_factory=time.monotonic)
+    first_history_mono: float | None = None
+
+    def as_event(self) -> dict[str, Any]:
+        """The mapping recall operators get: eid, ts, the attributes, the context."""
+        return {"eid": self.eid, "ts": self.ts, **self.attrs, "context": self.context,
+                "surrounding": self.surrounding}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.event, "eid": self.eid, "ts": self.ts.isoformat(), "attrs": _plain(self.attrs),
+                "context": _plain(self.context), "surrounding": _plain(self.surrounding)}
+
+
+def _plain(obj):
+    return json.loads(json.dumps(obj, default=str))
+
+
+class EventLog:
+    def __init__(self, db, keep: int = 10_000) -> None:
+        self.db = db
+        self.keep = keep
+        self._recent: OrderedDict[str, EventRecord] = OrderedDict()
+        self._lock = threading.Lock()
+        with db.connection() as conn, conn.cursor() as cur:
+            cur.execute(DDL)
+
+    def add(self, records: list[EventRecord]) -> list[EventRecord]:
+        """Record events; return those not recorded before (the ones to submit)."""
+        if not records:
+            return []
+        new = []
+        with self.db.connection() as conn, conn.cursor() as cur:
+            for r in records:
+                cur.execute("INSERT INTO moirae_events (eid, event, ts, attrs, context, surrounding) "
+                            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (eid) DO NOTHING RETURNING eid",
+                            (r.eid, r.event, r.ts, json.dumps(_plain(r.attrs)), json.dumps(_plain(r.context)),
+                             json.dumps(_plain(r.surrounding))))
+                if cur.fetchone() is not None:
+                    new.append(r)
+        with self._lock:
+            for r in new:
+                self._recent[r.eid] = r
+            while len(self._recent) > self.keep:
+                self._recent.popitem(last=False)
+        return new
+
+    def get(self, eid: str) -> EventRecord | None:
+        with self._lock:
+            if eid in self._recent:
+                return self._recent[eid]
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT event, eid, ts, attrs, context, surrounding FROM moirae_events WHERE eid = %s", (eid,))
+            row = cur.fetchone()
+        return EventRecord(*row[:4], context=row[4], surrounding=row[5]) if row else None
+
+    def list(self, event: str | None = None, since: datetime | None = None, until: datetime | None = None,
+             limit: int = 50, offset: int = 0) -> list[EventRecord]:
+        where, args = ["true"], []
+        for cond, val in (("event = %s", event), ("ts >= %s", since), ("ts < %s", until)):
+            if val is not None:
+                where.append(cond)
+                args.append(val)
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT event, eid, ts, attrs, context, surrounding FROM moirae_events "
+                        f"WHERE {' AND '.join(where)} ORDER BY ts DESC, eid LIMIT %s OFFSET %s", (*args, limit, offset))
+            rows = cur.fetchall()
+        return [EventRecord(*r[:4], context=r[4], surrounding=r[5]) for r in rows]
+
+    def mark_ended(self, eid: str) -> None:
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("UPDATE moirae_events SET recall_ended = true WHERE eid = %s", (eid,))
+
+    def open_events(self) -> list[EventRecord]:
+        """Events whose recall had not ended (to resume after a restart)."""
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT event, eid, ts, attrs, context, surrounding FROM moirae_events "
+                        "WHERE NOT recall_ended ORDER BY ts")
+            return [EventRecord(*r[:4], context=r[4], surrounding=r[5]) for r in cur.fetchall()]
+
+    def note_history(self, eid: str) -> float | None:
+        """Record the first history output of an event; return alert-to-history seconds."""
+        with self._lock:
+            r = self._recent.get(eid)
+            if r is None or r.first_history_mono is not None:
+                return None
+            r.first_history_mono = time.monotonic()
+            return r.first_history_mono - r.detected_mono

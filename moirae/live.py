@@ -1,0 +1,105 @@
+"""One deployed event-query running live (DESIGN.md §4 flows 2-4).
+
+The event-query's function is applied to instrumented source streams (Ananke
+wrappers); its sink is one streaming query whose ``foreachBatch``:
+
+1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id);
+2. feeds the sink tuples, their provenance and the sink watermark to ANK-1, which
+   writes the live provenance graph and moves this query's expiry horizon
+   ``W - U`` (A 5.1);
+3. hands the new events to the engine, which computes their contexts and submits the
+   recall tasks.
+
+A replayed batch (restart from the checkpoint) is archived once and its events are
+handed on only if they were not already (the engine's event log decides).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pandas as pd
+
+from ananke.ank1 import Ank1
+from ananke.ids import PROV
+from ananke.query import ProvQuery
+from ananke.spark_adapter import Ank1SparkSink
+from ananke.store import GraphStore
+from archive.spark_sink import spec_from_spark_schema
+from moirae.hybrid import EventQuery, QueryDefinitionError, event_stream
+
+
+class EventFlow:
+    """The live pipeline of one event-query."""
+
+    def __init__(self, engine, query: EventQuery, provenance: bool = True) -> None:
+        self.engine = engine
+        self.query = query
+        self.pq = ProvQuery(enabled=provenance)
+        inputs = []
+        for name in query.inputs:
+            src = engine._sources.get(name)
+            if src is None:
+                raise QueryDefinitionError(f"event-query {query.name!r} reads unknown source {name!r} "
+                                           f"(sources: {sorted(engine._sources)})")
+            inputs.append(self.pq.source(src.df, name, src.ts, cols=src.payload, lateness=None))
+        out = query.fn(*inputs)
+        if not hasattr(out, "sink"):
+            raise QueryDefinitionError(f"event-query {query.name!r} must return the instrumented stream "
+                                       f"(a Provenanced), got {type(out).__name__}")
+        cols = out.columns
+        for col in (query.eid, query.ts):
+            if col not in cols:
+                raise QueryDefinitionError(f"event-query {query.name!r} has no column {col!r} (columns: {cols})")
+        if out.ts != query.ts:
+            raise QueryDefinitionError(f"event-query {query.name!r}: its event time is {out.ts!r}, "
+                                       f"declared ts={query.ts!r}")
+        self.sink = out.sink(query.name)
+        self.stream = event_stream(query.name)
+        payload_df = self.sink.df.drop(PROV) if provenance else self.sink.df
+        engine.archiver.register_stream(spec_from_spark_schema(self.stream, payload_df.schema, query.ts,
+                                                               kind="event", indexes=[(query.eid,)]))
+        self.logic = None
+        self.graph: GraphStore | None = None
+        if provenance:
+            self.graph = GraphStore(engine.db.connect, prefix=f"ank_{query.name}").create()
+            self.logic = Ank1.from_query(self.pq).build(emit=self.graph)
+        self.adapter = Ank1SparkSink(self.sink, self.logic, deliver=self._deliver) if provenance else None
+        self.streaming = None
+        self.events_seen = 0
+
+    @property
+    def U(self):  # noqa: N802 - the paper's name
+        return self.pq.U
+
+    def horizon(self) -> datetime | None:
+        """This query's expiry horizon ``W - U`` (A 5.1), once it has a watermark."""
+        if self.logic is None:
+            return None
+        if self.adapter is not None:
+            self.adapter.poll()
+        with self.logic.lock:
+            return self.logic.horizon()
+
+    def start(self, checkpoint: str, trigger: str):
+        writer = self.sink.with_ids().writeStream if self.adapter else self.sink.df.writeStream
+        fn = self.adapter if self.adapter is not None else (lambda df, bid: self._deliver(df, bid))
+        self.streaming = (writer.queryName(f"event_{self.query.name}").foreachBatch(fn)
+                          .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
+        if self.adapter is not None:
+            self.adapter.attach(self.streaming)
+        return self.streaming
+
+    def stop(self) -> None:
+        if self.streaming is not None:
+            self.streaming.stop()
+            self.streaming = None
+
+    def _deliver(self, batch_df, batch_id: int) -> None:
+        cols = [c for c in batch_df.columns if c not in (PROV, "_sink_id")]
+        frame = batch_df.select(*cols).toArrow().to_pandas()
+        result = self.engine.archiver.append(self.stream, int(batch_id), frame)
+        if len(frame):
+            frame[self.query.ts] = pd.to_datetime(frame[self.query.ts], utc=True)
+            self.events_seen += len(frame)
+            self.engine._on_events(self, frame, int(batch_id), replay=result.duplicate)
