@@ -249,7 +249,8 @@ def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) 
     if isinstance(node, exp.Coalesce):
         return lambda env: next((v for v in (f(env) for f in sub) if v is not None), None)
     if isinstance(node, exp.Round):
-        nd = compile_expr(node.args["decimals"], keys, params) if node.args.get("decimals") else (lambda env: 0)
+        digits = node.args.get("decimals")
+        nd = compile_expr(digits, keys, params) if digits is not None else (lambda env: 0)
         x = compile_expr(node.this, keys, params)
         return lambda env: _null2(x(env), nd(env), lambda a, d: round(a, int(d)))
     if isinstance(node, exp.Cast):
