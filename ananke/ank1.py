@@ -39,6 +39,7 @@ counted in ``stats.late`` and handed to ``on_late``.
 from __future__ import annotations
 
 import heapq
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -90,7 +91,8 @@ class Ank1Stats:
 
 @dataclass
 class Ank1Logic:
-    """The runtime of ANK-1 (Algorithm 1). Not thread-safe: calls must not overlap."""
+    """The runtime of ANK-1 (Algorithm 1). Calls must not overlap: adapters feeding it from
+    several threads hold ``lock``."""
 
     spec: Ank1
     emit: GraphSink | None = None
@@ -105,6 +107,7 @@ class Ank1Logic:
         self._alive: dict[int, int] = {}  # source id -> event time (µs): the set T
         self._heap: list[tuple[int, int]] = []  # (event time µs, id), T ordered on τ
         self._horizon: datetime | None = None
+        self.lock = threading.RLock()  # held by adapters whose sinks run on several threads
 
     # -- Algorithm 1, L1-11 -------------------------------------------------------
     def on_tuple(self, sink: str, sink_tuple: SinkTuple,

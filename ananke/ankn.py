@@ -1,0 +1,141 @@
+"""ANK-N: live forward provenance from Spark's own parallel operators (A 5.2, Algorithm 2).
+
+:func:`ankn_items` turns a sink's streaming DataFrame (sink tuples + provenance) into a
+streaming DataFrame of graph items, built only from native operators, so Spark runs it in
+parallel like the query itself:
+
+1. M_u (Algorithm 2) is an ``explode``: each sink tuple becomes one sink-vertex row, one
+   edge row and one source-vertex candidate row per provenance entry.
+2. One event-time Aggregate then acts as both *Delay* and *Forward Once*. Its windows have
+   size 2U and advance U over the sink time τ_K; rows are grouped by window and item, and
+   each item keeps only the window that starts at ⌊a/U⌋·U for its anchor a (a = τ_K for
+   sink vertices and edges, a = τ_s for source vertices). That window ends at
+   ``delay(a) = (⌊a/U⌋ + 2)·U``, the paper's D. Every sink tuple a source s contributes to
+   has τ_K in [τ_s, τ_s + U] (Theorem 4.1), which lies inside that one window, so all
+   occurrences of s meet in one group and its vertex is emitted exactly once (FO), when
+   the watermark shows no further edge of s can come.
+3. A stateless ``explode`` adds the labels: a sink label stamped delay(τ_K) (= its edges'
+   stamp, R-L), a source label stamped delay(τ_s) + U (>= delay(τ_K) of every edge).
+
+Spark's ``dropDuplicatesWithinWatermark`` keeps a key for the watermark delay (the allowed
+lateness), not for U, so it cannot promise Forward-Once when U exceeds the lateness; hence
+the window above. And a Spark streaming plan cannot share a sub-plan between the branches
+of a union (each branch would re-run the whole query with its own state), so unlike the
+paper's figure 6 the sink vertices also go through the one Aggregate: they are stamped
+delay(τ_K) rather than τ_K. U = 0 (stateless queries) runs with U = 1 ms; the argument
+needs only τ_K ∈ [τ_s, τ_s + U] (A 5.2, "Corner case").
+
+Timestamps differ from ANK-1's, as A 6.2 says; the sets of vertices, edges and labels are
+the same. The output columns are :data:`ITEM_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+
+from ananke.ids import PROV, from_micros, sink_id_col, spark_interval
+from ananke.items import Edge, GraphItem, GraphSink, Label, SinkVertex, SourceVertex
+from ananke.query import ProvSink
+
+ITEM_COLUMNS = ("kind", "vertex_kind", "id", "sink", "source_id", "sink_id", "tuple_us", "ts_us", "payload")
+MIN_U = timedelta(milliseconds=1)
+
+
+def ankn_items(sink: ProvSink, U: timedelta | None = None):
+    """The graph-item stream of ``sink`` as a streaming DataFrame (columns ITEM_COLUMNS).
+
+    ``U`` defaults to the sink's query U (the global U of Remark 4.1). The sink's event-time
+    column must carry a watermark (true after a window; call ``withWatermark`` otherwise).
+    """
+    from pyspark.sql import functions as F
+
+    u = max(U if U is not None else sink.query.U, MIN_U)
+    u_us = int(u / timedelta(microseconds=1))
+    payload = sink.payload_columns
+    base = sink.df.select(
+        sink_id_col(sink.name, sink.ts, payload).alias("sink_id"), F.col(sink.ts).alias("tk"),
+        F.unix_micros(F.col(sink.ts)).alias("tk_us"),
+        (F.to_json(F.struct(*payload)) if payload else F.lit("{}")).alias("payload"), F.col(PROV),
+    )
+    null_long, null_str = F.lit(None).cast("long"), F.lit(None).cast("string")
+
+    def item(kind, id_, src, snk, tuple_us, anchor, pay):
+        return F.struct(F.lit(kind).alias("kind"), id_.alias("id"), src.alias("source_id"), snk.alias("sink_id"),
+                        tuple_us.alias("tuple_us"), anchor.alias("anchor"), pay.alias("payload"))
+
+    sink_item = item("sink", F.col("sink_id"), null_long, null_long, F.col("tk_us"), F.col("tk_us"), F.col("payload"))
+    mu = base.select("tk", F.explode(F.concat(
+        F.array(sink_item),
+        F.transform(PROV, lambda p: item("edge", null_long, p["id"], F.col("sink_id"), null_long, F.col("tk_us"),
+                                         null_str)),
+        F.transform(PROV, lambda p: item("source", p["id"], null_long, null_long, F.unix_micros(p["ts"]),
+                                         F.unix_micros(p["ts"]), null_str)),
+    )).alias("i")).select("tk", "i.*")
+    win = F.window("tk", spark_interval(2 * u), spark_interval(u)).alias("w")
+    grouped = (mu.groupBy(win, "kind", "id", "source_id", "sink_id", "tuple_us", "anchor")
+               .agg(F.first("payload").alias("payload"))
+               .filter(F.unix_micros(F.col("w.start")) == F.floor(F.col("anchor") / F.lit(u_us)) * F.lit(u_us)))
+    end = F.unix_micros(F.col("w.end"))
+
+    def out(kind, vkind, ts_us, with_body=True):
+        return F.struct(F.lit(kind).alias("kind"), F.lit(vkind).cast("string").alias("vertex_kind"),
+                        F.col("id"), (F.lit(sink.name) if with_body else null_str).alias("sink"),
+                        F.col("source_id"), F.col("sink_id"),
+                        (F.col("tuple_us") if with_body else null_long).alias("tuple_us"),
+                        ts_us.cast("long").alias("ts_us"), (F.col("payload") if with_body else null_str).alias("payload"))
+
+    src_vertex = out("source", "source", end)
+    src_vertex = src_vertex.withField("sink", null_str)
+    expanded = F.when(F.col("kind") == "sink", F.array(out("sink", "sink", end), out("label", "sink", end, False))) \
+        .when(F.col("kind") == "edge", F.array(out("edge", None, end, False).withField("id", null_long))) \
+        .otherwise(F.array(src_vertex, out("label", "source", end + F.lit(u_us), False)))
+    return grouped.select(F.explode(expanded).alias("o")).select(*[F.col(f"o.{c}").alias(c) for c in ITEM_COLUMNS])
+
+
+def rows_to_items(rows: Sequence) -> list[GraphItem]:
+    """Graph items from collected ITEM_COLUMNS rows."""
+    import json
+
+    out: list[GraphItem] = []
+    for r in rows:
+        kind, ts = r["kind"], from_micros(r["ts_us"])
+        if kind == "sink":
+            out.append(SinkVertex(r["id"], r["sink"], from_micros(r["tuple_us"]), ts, json.loads(r["payload"] or "{}")))
+        elif kind == "source":
+            out.append(SourceVertex(r["id"], from_micros(r["tuple_us"]), ts))
+        elif kind == "edge":
+            out.append(Edge(r["source_id"], r["sink_id"], ts))
+        else:
+            out.append(Label(r["id"], r["vertex_kind"], ts))
+    return out
+
+
+class AnkNSparkSink:
+    """Run ANK-N for one sink and hand each micro-batch's items to a GraphSink."""
+
+    def __init__(self, sink: ProvSink, emit: GraphSink, U: timedelta | None = None) -> None:
+        self.sink = sink
+        self.emit = emit
+        self.df = ankn_items(sink, U)
+        self.last_batch = -1
+        self.items = 0
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        if batch_id <= self.last_batch:
+            return
+        items = rows_to_items(batch_df.collect())
+        if items:
+            self.emit(items)
+        self.items += len(items)
+        self.last_batch = batch_id
+
+    def start(self, checkpoint: str | None = None, trigger: dict | None = None, query_name: str | None = None):
+        writer = self.df.writeStream.outputMode("append").foreachBatch(self)
+        if checkpoint:
+            writer = writer.option("checkpointLocation", checkpoint)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()

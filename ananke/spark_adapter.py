@@ -1,0 +1,124 @@
+"""Feeding ANK-1 from Spark Structured Streaming (A 5.1 on PySpark; DESIGN.md §4 flow 4).
+
+:class:`Ank1SparkSink` is the ``foreachBatch`` function of one instrumented sink. For each
+micro-batch it collects the sink tuples with their ids and provenance to the driver and
+calls ``on_tuple``, then calls ``on_watermark`` with the watermark of the streaming query's
+latest progress (``query.lastProgress["eventTime"]["watermark"]``).
+
+Why the progress watermark is safe: the progress of batch N-1 reports the watermark W
+Spark used in that batch; every stateful operator has by then emitted every window ending
+at or before W, and later batches drop input older than W. Any sink tuple delivered later
+therefore has an event time >= W, which is what Definition 2.1 asks of a sink watermark.
+Inside batch N only batch N-1's progress is visible, so ANK-1 lags by one trigger;
+:meth:`Ank1SparkSink.poll` feeds the newest watermark on demand (e.g. after
+``processAllAvailable``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from ananke.ank1 import Ank1Logic
+from ananke.ids import PROV, from_micros
+from ananke.items import SinkTuple
+from ananke.query import ProvSink
+
+Deliver = Callable[[object, int], None]
+
+
+def progress_watermark(progress: dict | None) -> datetime | None:
+    """The event-time watermark in a streaming-query progress dict, if any.
+
+    >>> progress_watermark({"eventTime": {"watermark": "2024-01-01T08:10:00.000Z"}})
+    datetime.datetime(2024, 1, 1, 8, 10, tzinfo=datetime.timezone.utc)
+    >>> progress_watermark({"eventTime": {}}) is None
+    True
+    """
+    if not progress:
+        return None
+    wm = (progress.get("eventTime") or {}).get("watermark")
+    if not wm:
+        return None
+    return datetime.fromisoformat(wm.replace("Z", "+00:00"))
+
+
+def collect_sink_rows(sink: ProvSink, batch_df) -> list[tuple[SinkTuple, list[tuple[int, datetime]]]]:
+    """The batch's sink tuples (id, event time, payload) with their provenance lists."""
+    from pyspark.sql import functions as F
+
+    payload = sink.payload_columns
+    df = batch_df if "_sink_id" in batch_df.columns else batch_df.withColumn("_sink_id", _sink_id_expr(sink))
+    rows = df.select(
+        F.col("_sink_id"), F.unix_micros(F.col(sink.ts)).alias("_us"),
+        F.transform(F.col(PROV), lambda p: F.struct(p["id"].alias("id"), F.unix_micros(p["ts"]).alias("us"))).alias("_p"),
+        *payload,
+    ).collect()
+    out = []
+    for r in rows:
+        st = SinkTuple(r["_sink_id"], from_micros(r["_us"]), {c: r[c] for c in payload})
+        out.append((st, [(p["id"], from_micros(p["us"])) for p in r["_p"]]))
+    return out
+
+
+def _sink_id_expr(sink: ProvSink):
+    from ananke.ids import sink_id_col
+
+    return sink_id_col(sink.name, sink.ts, sink.payload_columns)
+
+
+class Ank1SparkSink:
+    """``foreachBatch`` function feeding one sink's tuples and watermark to ANK-1.
+
+    ``deliver(batch_df, batch_id)``, if given, is called first with the batch (the sink's
+    own consumer, e.g. the alert store). Batches with an id not above the last one seen
+    are skipped (a replay in the same process). Call :meth:`attach` with the started
+    query so the watermark can be read; :meth:`start` does both.
+    """
+
+    def __init__(self, sink: ProvSink, logic: Ank1Logic, deliver: Deliver | None = None) -> None:
+        self.sink = sink
+        self.logic = logic
+        self.deliver = deliver
+        self.query = None
+        self.last_batch = -1
+        self.rows = 0
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        if batch_id <= self.last_batch:
+            return
+        if self.deliver is not None:
+            self.deliver(batch_df, batch_id)
+        rows = collect_sink_rows(self.sink, batch_df)
+        with self.logic.lock:
+            for st, prov in rows:
+                self.logic.on_tuple(self.sink.name, st, prov)
+            self.rows += len(rows)
+            self.last_batch = batch_id
+            self.poll()
+
+    def attach(self, query) -> None:
+        self.query = query
+
+    def poll(self) -> datetime | None:
+        """Feed the query's latest progress watermark to ANK-1; return it (or None)."""
+        if self.query is None:
+            return None
+        wm = progress_watermark(self.query.lastProgress)
+        if wm is not None:
+            with self.logic.lock:
+                self.logic.on_watermark(self.sink.name, wm)
+        return wm
+
+    def start(self, checkpoint: str | None = None, trigger: dict | None = None, query_name: str | None = None):
+        """Start the sink's streaming query with this function as foreachBatch."""
+        writer = self.sink.df.writeStream.foreachBatch(self)
+        if checkpoint:
+            writer = writer.option("checkpointLocation", checkpoint)
+        if trigger:
+            writer = writer.trigger(**trigger)
+        if query_name:
+            writer = writer.queryName(query_name)
+        query = writer.start()
+        self.attach(query)
+        return query

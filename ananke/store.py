@@ -1,0 +1,155 @@
+"""The provenance graph in PostgreSQL (DESIGN.md §4 flow 4).
+
+:class:`GraphStore` is a :data:`~ananke.items.GraphSink`: call it with a batch of graph
+items and it inserts them in one transaction. Every table is keyed on the item's identity
+(vertex kind + id, edge endpoints, labelled vertex), and inserts are ``ON CONFLICT DO
+NOTHING``: a restarted engine that re-emits part of the graph (its ANK-1 state is gone, a
+micro-batch is replayed) leaves the stored graph exactly as if each item came once. The
+first emission's timestamp wins.
+
+Queries: :meth:`GraphStore.sources_of` (backward: the source tuples of an alert) and
+:meth:`GraphStore.alerts_of` (forward: the alerts of a source tuple, and whether it is
+expired, i.e. whether that list is final).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from ananke.ids import jsonable
+from ananke.items import Edge, GraphItem, Label, SinkVertex, SourceVertex
+from scheduler.errors import MoiraeError
+
+_PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+
+
+class BadPrefix(MoiraeError, ValueError):
+    """A table prefix that is not a plain lower-case SQL identifier."""
+
+
+@dataclass(frozen=True)
+class ForwardAnswer:
+    """The alerts a source tuple contributed to so far, and whether that is final."""
+
+    source_id: int
+    alerts: tuple[tuple[str, int, datetime], ...]  # (sink, sink id, sink tuple time)
+    expired: bool
+
+
+class GraphStore:
+    """Vertex / edge / label tables under ``prefix`` (default ``ank``).
+
+    ``connect`` is a zero-argument callable returning a new psycopg2 connection (e.g.
+    ``archive.pg.Database(...).connect``); the store closes what it opens.
+    """
+
+    def __init__(self, connect: Callable[[], object], prefix: str = "ank") -> None:
+        if not _PREFIX_RE.match(prefix):
+            raise BadPrefix(f"table prefix must be a lower-case identifier, got {prefix!r}")
+        self.connect = connect
+        self.v, self.e, self.lab = f"{prefix}_vertex", f"{prefix}_edge", f"{prefix}_label"
+
+    def create(self) -> GraphStore:
+        """Create the tables if missing; return self."""
+        self._run([
+            f"""CREATE TABLE IF NOT EXISTS {self.v} (
+                kind text NOT NULL CHECK (kind IN ('source', 'sink')), id bigint NOT NULL,
+                sink text, tuple_ts timestamptz NOT NULL, payload jsonb, ts timestamptz NOT NULL,
+                PRIMARY KEY (kind, id))""",
+            f"""CREATE TABLE IF NOT EXISTS {self.e} (
+                source_id bigint NOT NULL, sink_id bigint NOT NULL, ts timestamptz NOT NULL,
+                PRIMARY KEY (source_id, sink_id))""",
+            f"CREATE INDEX IF NOT EXISTS {self.e}_sink ON {self.e} (sink_id)",
+            f"""CREATE TABLE IF NOT EXISTS {self.lab} (
+                kind text NOT NULL, vertex_id bigint NOT NULL, ts timestamptz NOT NULL,
+                PRIMARY KEY (kind, vertex_id))""",
+        ])
+        return self
+
+    def _run(self, statements: Sequence[str]) -> None:
+        conn = self.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                for sql in statements:
+                    cur.execute(sql)
+        finally:
+            conn.close()
+
+    def __call__(self, items: Sequence[GraphItem]) -> None:
+        """Insert a batch of graph items, idempotently, in one transaction."""
+        from psycopg2.extras import execute_values
+
+        vertices, edges, labels = [], [], []
+        for it in items:
+            if isinstance(it, SourceVertex):
+                vertices.append(("source", it.id, None, it.tuple_ts, None, it.ts))
+            elif isinstance(it, SinkVertex):
+                vertices.append(("sink", it.id, it.sink, it.tuple_ts,
+                                 json.dumps(jsonable(it.payload), default=str), it.ts))
+            elif isinstance(it, Edge):
+                edges.append((it.source_id, it.sink_id, it.ts))
+            elif isinstance(it, Label):
+                labels.append((it.vertex_kind, it.vertex_id, it.ts))
+            else:
+                raise MoiraeError(f"not a graph item: {it!r}")
+        if not (vertices or edges or labels):
+            return
+        conn = self.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                if vertices:
+                    execute_values(cur, f"INSERT INTO {self.v} (kind, id, sink, tuple_ts, payload, ts) VALUES %s "
+                                        "ON CONFLICT DO NOTHING", vertices)
+                if edges:
+                    execute_values(cur, f"INSERT INTO {self.e} (source_id, sink_id, ts) VALUES %s "
+                                        "ON CONFLICT DO NOTHING", edges)
+                if labels:
+                    execute_values(cur, f"INSERT INTO {self.lab} (kind, vertex_id, ts) VALUES %s "
+                                        "ON CONFLICT DO NOTHING", labels)
+        finally:
+            conn.close()
+
+    def _query(self, sql: str, params: tuple) -> list[tuple]:
+        conn = self.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(sql, params)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+    def sources_of(self, sink_id: int) -> list[tuple[int, datetime]]:
+        """Backward: the (source id, event time) pairs that contributed to sink tuple ``sink_id``."""
+        return [(r[0], r[1]) for r in self._query(
+            f"SELECT v.id, v.tuple_ts FROM {self.e} e JOIN {self.v} v ON v.kind = 'source' AND v.id = e.source_id "
+            "WHERE e.sink_id = %s ORDER BY v.tuple_ts, v.id", (sink_id,))]
+
+    def alerts_of(self, source_id: int) -> ForwardAnswer:
+        """Forward: the sink tuples ``source_id`` contributed to, and whether it is expired."""
+        rows = self._query(
+            f"SELECT v.sink, v.id, v.tuple_ts FROM {self.e} e JOIN {self.v} v ON v.kind = 'sink' AND v.id = e.sink_id "
+            "WHERE e.source_id = %s ORDER BY v.tuple_ts, v.id", (source_id,))
+        expired = bool(self._query(f"SELECT 1 FROM {self.lab} WHERE kind = 'source' AND vertex_id = %s",
+                                   (source_id,)))
+        return ForwardAnswer(source_id, tuple((r[0], r[1], r[2]) for r in rows), expired)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table: source / sink vertices, edges, labels."""
+        (src, snk, edges, labels), = self._query(
+            f"SELECT (SELECT count(*) FROM {self.v} WHERE kind = 'source'), "
+            f"(SELECT count(*) FROM {self.v} WHERE kind = 'sink'), (SELECT count(*) FROM {self.e}), "
+            f"(SELECT count(*) FROM {self.lab})", ())
+        return {"source": src, "sink": snk, "edge": edges, "label": labels}
+
+    def keys(self) -> set[tuple]:
+        """Every stored item as :func:`~ananke.items.graph_key` would key it."""
+        out: set[tuple] = set()
+        for kind, vid, sink, tts in self._query(f"SELECT kind, id, sink, tuple_ts FROM {self.v}", ()):
+            out.add(("source", vid, tts) if kind == "source" else ("sink", sink, vid, tts))
+        out.update(("edge", s, k) for s, k in self._query(f"SELECT source_id, sink_id FROM {self.e}", ()))
+        out.update(("label", k, v) for k, v in self._query(f"SELECT kind, vertex_id FROM {self.lab}", ()))
+        return out
