@@ -66,7 +66,10 @@ class StrideQueue:
             raise InvalidTickets(f"StrideQueue: stride1 must be >= 1, got {stride1!r}")
         self.stride1 = stride1
         self._clients: dict[str, _Client] = {}
-        self._heap: list[tuple[Fraction, int, int, str]] = []
+        # entries (float(pass), pass, seq, version, cid): float() of a Fraction is correctly
+        # rounded, hence monotone, so the float decides most comparisons and the exact
+        # pass breaks float ties; stale entries (version mismatch) are skipped lazily
+        self._heap: list[tuple[float, Fraction, int, int, str]] = []
         self._tickets = 0  # global tickets: sum over active clients
         self._gpass = 0  # global pass, integer part ...
         self._grem = 0  # ... plus _grem / _tickets
@@ -107,7 +110,7 @@ class StrideQueue:
     # -- Waldspurger's operations --------------------------------------------------
     def min_active_pass(self) -> Fraction | None:
         """The lowest pass among active clients (runnable or running), or None."""
-        top = self._heap[0][0] if self.pick() is not None else None
+        top = self._heap[0][1] if self.pick() is not None else None
         running = min((self._clients[cid].pass_ for cid in self._running), default=None)
         if top is None or running is None:
             return top if running is None else running
@@ -181,7 +184,7 @@ class StrideQueue:
         c.tickets, c.stride = tickets, new_stride
         if c.runnable:  # its heap entry is stale: re-key it
             c.version += 1
-            heapq.heappush(self._heap, (c.pass_, c.seq, c.version, cid))
+            heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.seq, c.version, cid))
             self._maybe_compact()
 
     # -- allocation ----------------------------------------------------------------
@@ -189,7 +192,7 @@ class StrideQueue:
         """The runnable client with the lowest (pass, seq), or None. Changes nothing."""
         heap = self._heap
         while heap:
-            _, _, version, cid = heap[0]
+            _, _, _, version, cid = heap[0]
             c = self._clients.get(cid)
             if c is not None and c.runnable and c.version == version:
                 return cid
@@ -234,7 +237,7 @@ class StrideQueue:
         c.runnable = True
         c.version += 1
         self._runnable += 1
-        heapq.heappush(self._heap, (c.pass_, c.seq, c.version, cid))
+        heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.seq, c.version, cid))
         self._maybe_compact()
 
     def _make_unrunnable(self, c: _Client) -> None:
@@ -247,7 +250,9 @@ class StrideQueue:
         # stale heap entries are dropped lazily; rebuild when they dominate
         if len(self._heap) > 2 * self._runnable + 64:
             self._heap = [
-                (c.pass_, c.seq, c.version, cid) for cid, c in self._clients.items() if c.runnable
+                (float(c.pass_), c.pass_, c.seq, c.version, cid)
+                for cid, c in self._clients.items()
+                if c.runnable
             ]
             heapq.heapify(self._heap)
 

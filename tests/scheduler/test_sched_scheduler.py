@@ -68,6 +68,21 @@ def test_shares_follow_tickets_exactly():
     assert [trace.count(x) for x in (a, b, c)] == [300, 200, 100]
 
 
+def test_a_low_ticket_newcomer_gets_its_first_quantum_at_once():
+    # Waldspurger's join alone would start it one full stride (1 ticket: S) after the
+    # global pass, i.e. after about 200 quanta of the heavy tasks (M 4.4 wants every task
+    # to get some history quickly)
+    s, _, _ = make()
+    heavy = [s.submit(f"h{i}", tickets=100) for i in range(2)]
+    run_sequential(s, 51)
+    light = s.submit("light", tickets=1)
+    assert light in run_sequential(s, 2)
+    # and then waits its stride: about 200 quanta before its second
+    nxt = run_sequential(s, 250)
+    assert nxt.index(light) >= 190 and nxt.count(light) == 1
+    assert set(nxt) == {light, *heavy}
+
+
 # -- priorities -------------------------------------------------------------------------
 
 
