@@ -87,23 +87,26 @@ class FirstChunkOperator:
 
 
 class FirstOutputClock:
-    """Output sink: the wall time (perf_counter) of each event's first output, and a
-    way to wait until a set of events all have one."""
+    """Output sink: the wall time (perf_counter) of each event's first output and of its
+    boundary (its tasks all ended), and a way to wait for either."""
 
     def __init__(self) -> None:
         self.first: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
         self.cond = threading.Condition()
 
     def __call__(self, o: Output) -> None:
-        if o.kind is OutputKind.BOUNDARY or o.eid in self.first:
-            return
         with self.cond:
-            self.first.setdefault(o.eid, time.perf_counter())
+            if o.kind is OutputKind.BOUNDARY:
+                self.ended.setdefault(o.eid, time.perf_counter())
+            else:
+                self.first.setdefault(o.eid, time.perf_counter())
             self.cond.notify_all()
 
     def wait_all(self, eids, timeout: float) -> bool:
+        """Until every event has a first output or has ended; False on timeout."""
         with self.cond:
-            return self.cond.wait_for(lambda: all(e in self.first for e in eids), timeout)
+            return self.cond.wait_for(lambda: all(e in self.first or e in self.ended for e in eids), timeout)
 
 
 def percentile(values, q: float) -> float:

@@ -61,7 +61,8 @@ def run_policy(arch, policy: str, n_events: int, workers: int, timeout: float) -
             submitted[ev["eid"]] = time.perf_counter()
             mgr.submit(ev, "ttfr")
         submit_s = time.perf_counter() - t0
-        ok = sink.wait_all(submitted, timeout)
+        ok = sink.wait_all(submitted, timeout) and all(e in sink.first for e in submitted)
+        failed = [v.error for v in mgr.tasks() if v.error]
         makespan = time.perf_counter() - t0
         chunks_done = sum(v.chunks_done for v in mgr.tasks())
     finally:
@@ -72,6 +73,7 @@ def run_policy(arch, policy: str, n_events: int, workers: int, timeout: float) -
         "complete": ok,
         "events": n_events,
         "with_first_result": len(ttfr),
+        "failed_tasks": failed,
         "submit_seconds": submit_s,
         "makespan_seconds": makespan,
         "chunks_done_at_last_first_result": chunks_done,

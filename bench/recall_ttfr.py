@@ -51,8 +51,9 @@ def recall_ttfr(arch, n_events: int, tag: str) -> list[float]:
             ev = {"eid": eid, "ts": NOW - timedelta(seconds=i + 1), "host": f"h{i % HOSTS}"}
             t0 = time.perf_counter()
             mgr.submit(ev, "ttfr")
-            if not sink.wait_all([eid], 120):
-                raise RuntimeError(f"event {eid} got no first result within 120 s")
+            if not sink.wait_all([eid], 120) or eid not in sink.first:
+                failed = [v.error for v in mgr.tasks(eid) if v.error]
+                raise RuntimeError(f"event {eid} got no first result: {failed or 'timeout after 120 s'}")
             if i >= 2:
                 out.append(sink.first[eid] - t0)
             if eid in mgr.open_events():

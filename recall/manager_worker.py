@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg2.extensions
+
 from recall.api import EndReason, Interval, Output
 from recall.task import RecallTask, TaskStatus
 from scheduler.events import TaskSuspended
@@ -53,6 +55,8 @@ class WorkerLoop:
 
     def _quantum(self, w: Worker) -> bool:
         """One scheduling round of worker ``w``; False when the manager closes."""
+        if w.conn is not None and not clean_connection(w.conn):
+            self._close_conn(w)
         with self._cond:
             while True:
                 if self._closing:
@@ -78,10 +82,11 @@ class WorkerLoop:
                                                 timeout_ms=self.timeout_ms)
         except Exception as exc:
             error = f"history-query over chunk {chunk_id} failed: {type(exc).__name__}: {exc}".strip()
-            self._reset_conn(w)
         with self._cond:
             w.in_query = False  # from here on no conn.cancel() may target this task
             stop = task.stop
+        if error is not None and w.conn is not None and not clean_connection(w.conn):
+            self._close_conn(w)
         outputs: list[Output] = []
         covered: Interval | None = None
         if stop is None and error is None:
@@ -137,18 +142,6 @@ class WorkerLoop:
                 w.backend_pid = None
         return w.conn
 
-    def _reset_conn(self, w: Worker) -> None:
-        """After a failed or cancelled query: roll back, or drop a broken connection."""
-        if w.conn is None:
-            return
-        try:
-            if not w.conn.closed:
-                w.conn.rollback()
-                return
-        except Exception:
-            pass
-        self._close_conn(w)
-
     @staticmethod
     def _close_conn(w: Worker) -> None:
         conn, w.conn, w.backend_pid = w.conn, None, None
@@ -157,3 +150,32 @@ class WorkerLoop:
                 conn.close()
             except Exception:
                 pass
+
+
+def clean_connection(conn: Any) -> bool:
+    """Make a worker's connection ready for the next history-query; False if it must be
+    thrown away. A cancelled query can leave the session inside a transaction block
+    (e.g. when a repeated cancel lands on the store's own ``ROLLBACK``); that is rolled
+    back here so the *next* task on this connection does not fail for it.
+    """
+    if getattr(conn, "closed", False):
+        return False
+    try:
+        status = conn.get_transaction_status()
+    except AttributeError:  # not a psycopg2 connection: trust the store
+        return True
+    except Exception:
+        return False
+    if status == psycopg2.extensions.TRANSACTION_STATUS_IDLE:
+        return True
+    if status in (psycopg2.extensions.TRANSACTION_STATUS_INTRANS, psycopg2.extensions.TRANSACTION_STATUS_INERROR):
+        try:
+            if conn.autocommit:
+                with conn.cursor() as cur:
+                    cur.execute("ROLLBACK")
+            else:
+                conn.rollback()
+            return conn.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE
+        except Exception:
+            return False
+    return False  # ACTIVE or UNKNOWN: the session is not in a known state

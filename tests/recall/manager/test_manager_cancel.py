@@ -9,11 +9,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from recall_mgr_helpers import Collector, Recorder, event, wait_until
+from recall_mgr_helpers import SPAN, Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
 from recall.manager import RecallManager
 from recall.task import RecallTask
+from scheduler.errors import UnknownEvent
 from scheduler.events import TaskCancelled
 
 pytestmark = pytest.mark.postgres
@@ -102,3 +103,27 @@ def test_cancel_storm_leaves_nothing_behind(archive, pg):
     mgr.close()
     assert not any(t.is_alive() for t in extra)
     assert mgr.connections() == [] and not _states(pg, pids)  # connections closed
+
+
+def test_cancelling_some_events_never_fails_the_others(archive):
+    # cancels land on busy connections that the next tasks then reuse
+    rec = Recorder(archive, sql=SLEEPY, params=lambda e: {"s": 0.03, "host": "a"}, bound=SPAN)
+    mgr = RecallManager(archive, max_concurrent=4)
+    mgr.register(rec)
+    eids = [f"c{i}" for i in range(80)]
+    for i, eid in enumerate(eids):
+        mgr.submit(event(eid, chunk=5 - i % 3), "rec")
+    def cancel(eid):
+        try:
+            return mgr.cancel(eid)
+        except UnknownEvent:  # it finished first
+            return 0
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(cancel, eids[::2])) >= 20
+    assert wait_until(lambda: not mgr.open_events(), timeout=60)
+    views = {v.eid: v for v in mgr.tasks()}
+    mgr.close()
+    assert set(eids[1::2]) <= set(views)  # the ones not cancelled all ran ...
+    assert [v.error for v in views.values() if v.error] == []  # ... and none failed
+    assert all(v.state.value == "done" and v.chunks_done == 2 for v in views.values())

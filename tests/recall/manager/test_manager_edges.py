@@ -69,3 +69,23 @@ def test_close_cancels_running_work_and_refuses_new(archive, pg):
     with pytest.raises(ManagerClosed):
         mgr.submit(event("late", chunk=3), "rec")
     mgr.close()  # idempotent
+
+
+def test_clean_connection_rolls_back_an_aborted_session(pg):
+    from recall.manager_worker import clean_connection
+
+    conn = pg.connect()
+    try:
+        conn.autocommit = True  # as the Archiver's history-queries run
+        with conn.cursor() as cur:
+            cur.execute("BEGIN TRANSACTION READ ONLY")
+            with pytest.raises(Exception, match="division by zero"):
+                cur.execute("SELECT 1 / 0")
+        assert conn.get_transaction_status() == 3  # in a failed transaction block
+        assert clean_connection(conn)
+        with conn.cursor() as cur:  # the next query on it works
+            cur.execute("SELECT 41 + 1")
+            assert cur.fetchone() == (42,)
+    finally:
+        conn.close()
+    assert not clean_connection(conn)  # closed: to be replaced

@@ -51,8 +51,8 @@ def test_a_failing_history_query_fails_its_task_only(archive):
     with RecallManager(archive, max_concurrent=2, on_output=out) as mgr:
         mgr.register(bad)
         mgr.register(good)
-        [t_fail] = mgr.submit(event("e1", chunk=4, limit="not a number"), "bad")
-        [t_ok] = mgr.submit(event("e1", chunk=4, limit="3"), "good")
+        # one event, two operators: the failing one must not stop the other
+        t_fail, t_ok = mgr.submit(event("e1", chunk=4, limit="not a number"), ["bad", "good"])
         [t_ok2] = mgr.submit(event("e2", chunk=4, limit="3"), "bad")
         assert wait_until(lambda: not mgr.open_events())
         failed, ok, ok2 = mgr.task(t_fail), mgr.task(t_ok), mgr.task(t_ok2)
