@@ -50,7 +50,8 @@ class _Client:
     seq: int
     active: bool = True  # counted in the global tickets (runnable or running)
     runnable: bool = True  # eligible for pick (active and not running)
-    version: int = 0
+    version: int = 0  # bumped when the entry in the pick heap goes stale
+    pversion: int = 0  # bumped when the entry in the previous-pass heap goes stale
 
 
 class StrideQueue:
@@ -75,6 +76,10 @@ class StrideQueue:
         self._grem = 0  # ... plus _grem / _tickets
         self._runnable = 0
         self._running: set[str] = set()
+        # max-heap of previous passes (pass - stride) of active clients, for the join
+        # clamp's lower end L: entries (-float(prev), -prev, pversion, cid)
+        self._prev: list[tuple[float, Fraction, int, str]] = []
+        self._active = 0
 
     # -- introspection -------------------------------------------------------------
     def __contains__(self, cid: object) -> bool:
@@ -139,12 +144,14 @@ class StrideQueue:
         if self._tickets:
             m = self.min_active_pass()
             assert m is not None
-            low = max(o.pass_ - o.stride for o in self._clients.values() if o.active)
+            low = self._max_previous_pass()
             high = m if new else m + c.stride
             p = min(max(p, low), high)  # if concurrency broke the invariant, low > m: favour m
         c.pass_ = p
         c.active = True
+        self._active += 1
         self._set_tickets(self._tickets + c.tickets)
+        self._push_previous(c, cid)
         self._make_runnable(c, cid)
 
     def leave(self, cid: str) -> None:
@@ -156,6 +163,8 @@ class StrideQueue:
         self._running.discard(cid)
         self._make_unrunnable(c)
         c.active = False
+        c.pversion += 1
+        self._active -= 1
         self._set_tickets(self._tickets - c.tickets)
 
     def remove(self, cid: str) -> None:
@@ -182,6 +191,8 @@ class StrideQueue:
         else:
             c.remain = c.remain * scale if c.remain > 0 else c.remain
         c.tickets, c.stride = tickets, new_stride
+        if c.active:
+            self._push_previous(c, cid)
         if c.runnable:  # its heap entry is stale: re-key it
             c.version += 1
             heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.seq, c.version, cid))
@@ -208,6 +219,7 @@ class StrideQueue:
         self._make_unrunnable(c)
         self._running.add(cid)
         c.pass_ += c.stride
+        self._push_previous(c, cid)
         # global_pass += stride1 / global_tickets, with the remainder carried exactly
         self._grem += self.stride1
         self._gpass += self._grem // self._tickets
@@ -233,6 +245,21 @@ class StrideQueue:
         self._grem = self._grem * new // old if old and new else 0
         self._tickets = new
 
+    def _push_previous(self, c: _Client, cid: str) -> None:
+        c.pversion += 1
+        prev = c.pass_ - c.stride
+        heapq.heappush(self._prev, (-float(prev), -prev, c.pversion, cid))
+
+    def _max_previous_pass(self) -> Fraction:
+        """``L``: the highest previous pass (``pass - stride``) among active clients."""
+        heap = self._prev
+        while True:
+            _, neg, pversion, cid = heap[0]  # an active client exists: never empty here
+            c = self._clients.get(cid)
+            if c is not None and c.active and c.pversion == pversion:
+                return -neg
+            heapq.heappop(heap)
+
     def _make_runnable(self, c: _Client, cid: str) -> None:
         c.runnable = True
         c.version += 1
@@ -255,6 +282,13 @@ class StrideQueue:
                 if c.runnable
             ]
             heapq.heapify(self._heap)
+        if len(self._prev) > 2 * self._active + 64:
+            self._prev = []
+            for cid, c in self._clients.items():
+                if c.active:
+                    prev = c.pass_ - c.stride
+                    self._prev.append((-float(prev), -prev, c.pversion, cid))
+            heapq.heapify(self._prev)
 
 
 def _check_tickets(cid: str, tickets: object) -> None:

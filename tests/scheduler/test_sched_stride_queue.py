@@ -5,6 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler import (
     InvalidSchedulerConfig,
@@ -149,3 +151,56 @@ def test_bad_config_values_name_the_key(key, value):
 def test_default_tickets_must_respect_the_floor():
     with pytest.raises(InvalidSchedulerConfig, match="default_tickets"):
         SchedulerConfig(min_tickets=50, default_tickets=10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["join", "run", "grant", "release", "leave", "rejoin", "modify", "remove"]),
+                  st.integers(0, 7), st.integers(1, 40)),
+        max_size=80,
+    )
+)
+def test_incremental_bookkeeping_matches_brute_force(ops):
+    q = StrideQueue(stride1=1000)
+    seq = 0
+    for op, k, t in ops:
+        cid = f"c{k}"
+        present = cid in q
+        c = q._clients.get(cid)
+        if op == "join" and not present:
+            q.join(cid, t, seq)
+            seq += 1
+        elif op == "run":
+            spin(q, t % 5) if q.pick() else None
+        elif op == "grant" and present and c.runnable:
+            q.grant(cid)
+        elif op == "release" and present:
+            q.release(cid)
+        elif op == "leave" and present:
+            q.leave(cid)
+        elif op == "rejoin" and present:
+            q.rejoin(cid)
+        elif op == "modify" and present:
+            q.modify(cid, t)
+        elif op == "remove" and present:
+            q.remove(cid)
+        active = [x for x in q._clients.values() if x.active]
+        assert q.global_tickets == sum(x.tickets for x in active)
+        assert q.runnable_count == sum(x.runnable for x in active)
+        assert q.min_active_pass() == min((x.pass_ for x in active), default=None)
+        if active:
+            assert q._max_previous_pass() == max(x.pass_ - x.stride for x in active)
+        runnable = [(x.pass_, x.seq) for x in active if x.runnable]
+        picked = q.pick()
+        assert (picked is None) == (not runnable)
+        if picked is not None:
+            assert (q._clients[picked].pass_, q._clients[picked].seq) == min(runnable)
+
+
+def test_many_joins_stay_cheap():
+    q = StrideQueue()
+    for i in range(5000):
+        q.join(f"c{i}", 1 + i % 97, seq=i)
+    spin(q, 5000)
+    assert len(q._prev) <= 2 * 5000 + 64 and len(q._heap) <= 2 * 5000 + 64
