@@ -15,6 +15,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.errors import (
     DuplicateTask,
     InvalidSchedulerConfig,
+    InvalidTaskSpec,
     InvalidTickets,
     MoiraeError,
     SchedulerError,
@@ -44,6 +45,7 @@ __all__ = [
     "Clock",
     "DuplicateTask",
     "InvalidSchedulerConfig",
+    "InvalidTaskSpec",
     "InvalidTickets",
     "ManualClock",
     "MoiraeError",

@@ -45,3 +45,8 @@ class TaskNotRunning(SchedulerError, RuntimeError):
 
 class InvalidSchedulerConfig(SchedulerError, ValueError):
     """A scheduler setting out of range; the message names the key and value."""
+
+
+class InvalidTaskSpec(SchedulerError, ValueError):
+    """A bad argument for a task other than its tickets (feedback period or timeout, a
+    result count); the message names the task or event and the value."""

@@ -45,7 +45,14 @@ from math import floor
 
 from scheduler.clock import Clock, MonotonicClock
 from scheduler.config import SchedulerConfig
-from scheduler.errors import DuplicateTask, InvalidTickets, TaskNotRunning, UnknownEvent, UnknownTask
+from scheduler.errors import (
+    DuplicateTask,
+    InvalidTaskSpec,
+    InvalidTickets,
+    TaskNotRunning,
+    UnknownEvent,
+    UnknownTask,
+)
 from scheduler.events import (
     QuantumCompleted,
     QuantumGranted,
@@ -138,10 +145,10 @@ class StrideScheduler:
             )
         period = None if bounded else (feedback_period if feedback_period is not None else cfg.feedback_period)
         if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 1):
-            raise InvalidTickets(f"event {eid!r}: feedback_period must be an integer >= 1, got {period!r}")
+            raise InvalidTaskSpec(f"event {eid!r}: feedback_period must be an integer >= 1, got {period!r}")
         timeout = cfg.feedback_timeout if feedback_timeout is None else float(feedback_timeout)
         if not timeout >= 0:
-            raise InvalidTickets(f"event {eid!r}: feedback_timeout must be >= 0, got {feedback_timeout!r}")
+            raise InvalidTaskSpec(f"event {eid!r}: feedback_timeout must be >= 0, got {feedback_timeout!r}")
         self._seq += 1
         tid = task_id if task_id is not None else f"t{self._seq}"
         if tid in self._tasks or tid in self._orphans:
@@ -200,7 +207,7 @@ class StrideScheduler:
         if task.state is not TaskState.RUNNING:
             raise TaskNotRunning(f"task {task_id!r} has no quantum in flight (state {task.state.value})")
         if isinstance(results, bool) or not isinstance(results, int) or results < 0:
-            raise ValueError(f"task {task_id!r}: results must be an integer >= 0, got {results!r}")
+            raise InvalidTaskSpec(f"task {task_id!r}: results must be an integer >= 0, got {results!r}")
         now = self.clock.now()
         q = self._queues[task.priority]
         self._running[task.priority] -= 1

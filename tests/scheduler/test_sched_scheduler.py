@@ -11,6 +11,7 @@ from stride_sim import run_sequential
 
 from scheduler import (
     DuplicateTask,
+    InvalidTaskSpec,
     InvalidTickets,
     ManualClock,
     Priority,
@@ -324,6 +325,19 @@ def test_errors_name_the_offending_id():
     with pytest.raises(InvalidTickets, match="'e1'"):
         s.accelerate("e1", -2)
     assert issubclass(UnknownEvent, LookupError) and issubclass(UnknownEvent, SchedulerError)
+
+
+def test_bad_task_arguments_are_named():
+    s, _, _ = make()
+    with pytest.raises(InvalidTaskSpec, match="'e'.*feedback_period.*0"):
+        s.submit("e", feedback_period=0)
+    with pytest.raises(InvalidTaskSpec, match="'e'.*feedback_timeout"):
+        s.submit("e", feedback_timeout=-1)
+    t = s.submit("e")
+    s.choose()
+    with pytest.raises(InvalidTaskSpec, match=f"{t!r}.*-3"):
+        s.complete(t, results=-3)
+    assert s.task(t).state is TaskState.RUNNING  # a refused call changes nothing
 
 
 def test_submit_below_the_floor_is_refused():
