@@ -61,8 +61,11 @@ class WorkerLoop:
             while True:
                 if self._closing:
                     return False
+                # load: the fraction of history-query slots in use if this one is filled,
+                # so a materialization task only takes a slot while at most half are busy
+                # (M 4.4: lower priority "only when the system is lightly-loaded")
                 busy = sum(1 for x in self._workers if x.task is not None)
-                grant = self.scheduler.choose(load=busy / self.max_concurrent)
+                grant = self.scheduler.choose(load=(busy + 1) / self.max_concurrent)
                 if grant is not None:
                     break
                 self._cond.wait(0.5)

@@ -52,8 +52,10 @@ class Recorder:
                  bound: timedelta | None = None, feedback_period: int | None = None,
                  feedback_timeout: float | None = None, tickets: int = 100,
                  params: Callable[[Mapping[str, Any]], dict] | None = None,
-                 on_chunk_hook: Callable[[str, int], None] | None = None) -> None:
+                 on_chunk_hook: Callable[[str, int], None] | None = None,
+                 materialization: bool = False) -> None:
         self.name = name
+        self.materialization = materialization
         self.query = store.prepare(sql)
         self.bound = bound
         self.feedback_period = feedback_period
@@ -70,6 +72,7 @@ class Recorder:
             operator=self.name, eid=ev["eid"], event_ts=ev["ts"], query=self.query, params=self.params(ev),
             bound=None if self.bound is None else ev["ts"] - self.bound, tickets=self.tickets,
             feedback_period=self.feedback_period, feedback_timeout=self.feedback_timeout,
+            materialization=self.materialization,
         )
 
     def start(self, spec: TaskSpec) -> dict:

@@ -135,3 +135,27 @@ def test_equal_tickets_every_task_gets_its_first_chunk_before_any_its_third(arch
     # stride with equal tickets is round-robin: each round serves every event once
     for r in range(6):
         assert sorted(order[25 * r: 25 * (r + 1)]) == sorted(eids)
+
+
+def test_query_tasks_run_before_materialization_tasks(archive):
+    gate = threading.Event()
+    order: list[str] = []
+
+    def log(eid, chunk_id):
+        order.append(eid)
+        gate.wait(10)
+
+    query = Recorder(archive, name="q", on_chunk_hook=log)
+    mat = Recorder(archive, name="m", on_chunk_hook=log, materialization=True)
+    with RecallManager(archive, max_concurrent=1) as mgr:
+        mgr.register(query)
+        mgr.register(mat)
+        mgr.submit(event("q0", chunk=2), "q")  # its first chunk holds the only worker ...
+        for i in range(3):
+            mgr.submit(event(f"m{i}", chunk=2), "m")
+            mgr.submit(event(f"q{i + 1}", chunk=2), "q")
+        gate.set()  # ... until every task has been submitted
+        assert wait_until(lambda: not mgr.open_events(), timeout=60)
+    # with the only slot busy the system is never lightly loaded: every query chunk first
+    assert len(order) == 7 * 3
+    assert all(e.startswith("q") for e in order[:12]) and all(e.startswith("m") for e in order[12:])
