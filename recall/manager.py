@@ -18,7 +18,8 @@ kept in the task's statistics; the event's other tasks go on). The operator's
 manager publishes exactly one ``BOUNDARY`` output for the event (M 4.6: "the Recall
 Manager produces the boundary tuples"). Its ``seq`` follows every output of the event;
 its ``operator`` is the event's operator (several: their names joined by ``,``); its row
-holds how each task ended.
+holds how each task ended. A task submitted for an event whose boundary has already
+been published opens a new round for that event, closed by its own boundary.
 
 Steering (M 4.4):
 

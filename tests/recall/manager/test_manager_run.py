@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from recall_mgr_helpers import SPAN, T0, Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
@@ -111,3 +113,31 @@ def test_results_reach_the_bus_and_the_results_table(archive, pg):
     assert [(o.kind, o.key) for o in sorted(stored, key=lambda o: o.seq)] == got
     assert stored[0].row["rows"] == 5 and stored[0].covered.end == T0 + 2 * SPAN
     assert len(table.read()) == 4 + 5  # e1: three chunks, a total and a boundary
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    events=st.lists(st.tuples(st.integers(-1, 7), st.one_of(st.none(), st.integers(0, 5))), min_size=1, max_size=6),
+    workers=st.integers(1, 3),
+)
+def test_every_task_reads_its_planned_chunks_newest_first_and_each_event_gets_one_boundary(
+        archive, events, workers):
+    recs = {}
+    out = Collector()
+    with RecallManager(archive, max_concurrent=workers, on_output=out) as mgr:
+        for hours in {b for _, b in events}:
+            rec = Recorder(archive, name=f"b{hours}", bound=None if hours is None else hours * SPAN)
+            recs[hours] = rec
+            mgr.register(rec)
+        for i, (chunk, hours) in enumerate(events):
+            mgr.submit(event(f"p{i}", chunk=chunk), f"b{hours}")
+        assert wait_until(lambda: not mgr.open_events())
+    all_ids = archive.chunk_ids(["metrics"])
+    for i, (chunk, hours) in enumerate(events):
+        ev = event(f"p{i}", chunk=chunk)
+        bound = None if hours is None else ev["ts"] - hours * SPAN
+        want = [c for c in sorted(all_ids, reverse=True)
+                if archive.grid.bounds(c)[0] <= ev["ts"] and (bound is None or archive.grid.bounds(c)[1] > bound)]
+        assert recs[hours].chunks_of(f"p{i}") == want
+        assert [o.kind for o in out.of(f"p{i}")].count(OutputKind.BOUNDARY) == 1
+        assert out.of(f"p{i}")[-1].kind is OutputKind.BOUNDARY
