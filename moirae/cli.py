@@ -47,7 +47,36 @@ def build_parser() -> argparse.ArgumentParser:
                              description="Show chunks per stream and tier, rows, late rows and dead letters.")
     st.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
     st.add_argument("--json", action="store_true", help="print one JSON object")
+    con = sub.add_parser("console", help="serve the HTTP API and the alert console over the database",
+                         description="Serve the HTTP API and the console page (read-only over the database: "
+                                     "no engine runs in this process, so steering answers 409).")
+    con.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
+    con.add_argument("--host", metavar="H", help="bind address (default: api.host; beyond loopback needs api.token)")
+    con.add_argument("--port", type=int, metavar="P", help="TCP port (default: api.port; 0 picks a free one)")
+    con.add_argument("--duration", type=_duration, metavar="D", help="stop after D; default: until Ctrl-C")
+
+    for name, what in (("cancel", "cancel every recall task of an event"),
+                       ("accelerate", "give every recall task of an event more tickets")):
+        sp = sub.add_parser(name, help=f"{what} (through the running engine's HTTP API)",
+                            description=f"{what[0].upper()}{what[1:]}, through the HTTP API of the running "
+                                        "engine (address from the configuration; token from api.token or "
+                                        "MOIRAE_API_TOKEN); prints what changed.")
+        sp.add_argument("eid", metavar="EID", help="the event id")
+        if name == "accelerate":
+            sp.add_argument("--tickets", type=_tickets, metavar="N", help="tickets to add (default: 100)")
+        sp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
+        sp.add_argument("--json", action="store_true", help="print the API's answer as one JSON object")
     return p
+
+
+def _tickets(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tickets must be a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"tickets must be a positive integer, got {text!r}")
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:

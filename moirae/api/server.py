@@ -1,0 +1,85 @@
+"""Serving the API in a background thread (uvicorn), stoppable.
+
+>>> # server = serve(engine); print(server.url); ...; server.stop()
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from moirae.api.auth import ApiError, check_bind
+
+
+class ApiServer:
+    """A running uvicorn server over an app; ``url``, ``port``, ``stop()``."""
+
+    def __init__(self, app, host: str, port: int, log_level: str = "warning") -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+        except OSError as exc:
+            self._sock.close()
+            raise ApiError(f"cannot serve the API on {host}:{port}: {exc.strerror or exc}") from None
+        self.host = host
+        self.port = self._sock.getsockname()[1]
+        self.app = app
+        config = uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="moirae-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> ApiServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise ApiError(f"the API server on {self.url} did not start")
+            time.sleep(0.02)
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop serving; open SSE streams are closed. Idempotent."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._thread.is_alive():  # streaming clients holding on: force
+            self._server.force_exit = True
+            self._thread.join(timeout)
+        self._sock.close()
+
+    def __enter__(self) -> ApiServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(engine, host: str | None = None, port: int | None = None, token: str | None = None,
+          keepalive: float = 5.0) -> ApiServer:
+    """Serve the API and console over ``engine`` on ``host:port`` (default: the
+    engine's ``api`` settings; port 0 picks a free one) in a background thread.
+    Refuses a non-loopback host without a token."""
+    from moirae.api.app import create_app
+
+    cfg = engine.settings.api
+    host = cfg.host if host is None else host
+    port = cfg.port if port is None else port
+    token = cfg.token if token is None else token
+    check_bind(host, token)
+    return ApiServer(create_app(engine, token=token, host=host, keepalive=keepalive), host, port).start()

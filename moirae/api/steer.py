@@ -1,0 +1,81 @@
+"""Steering through the API (DESIGN.md §1 "Operators steering history work", M 4.4):
+cancel an event's recall, or give its tasks more tickets. Both report what changed.
+
+The work is the engine's (:meth:`moirae.Engine.cancel`, :meth:`moirae.Engine.accelerate`);
+these functions only check the event exists, take the task table before and after, and
+say what differs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moirae import views
+from scheduler.errors import MoiraeError, UnknownEvent
+
+MAX_TICKETS = 1_000_000
+
+
+class NoSuchEvent(MoiraeError, LookupError):
+    """An event id the event log does not hold (HTTP 404)."""
+
+
+class EngineNotRunning(MoiraeError, RuntimeError):
+    """Steering asked of a read-only view: no engine runs in this process (HTTP 409)."""
+
+
+class BadTickets(MoiraeError, ValueError):
+    """An accelerate amount that is not a positive integer up to MAX_TICKETS (HTTP 422)."""
+
+
+def _check(engine, eid: str) -> None:
+    if engine.deploy.events.get(eid) is None:
+        raise NoSuchEvent(f"no event {eid!r} in the event log")
+    if not views.running(engine):
+        raise EngineNotRunning(f"no engine is running in this process; cannot steer event {eid!r} "
+                               "(start one with `moirae run`)")
+
+
+def _tickets(engine, eid: str) -> dict[str, dict[str, Any]]:
+    return {t["task_id"]: t for t in views.progress(engine, eid)}
+
+
+def cancel(engine, eid: str) -> dict[str, Any]:
+    """Cancel every open recall task of ``eid``; returns the cancelled task ids."""
+    _check(engine, eid)
+    before = _tickets(engine, eid)
+    try:
+        n = engine.cancel(eid)
+    except UnknownEvent:
+        n = 0
+    after = _tickets(engine, eid)
+    gone = [tid for tid, t in before.items() if tid not in after or after[tid]["state"] == "cancelled"]
+    msg = (f"cancelled {n} recall task(s) of event {eid}" if n
+           else f"event {eid} has no open recall task: nothing to cancel")
+    return {"eid": eid, "action": "cancel", "changed": n > 0, "cancelled": n, "tasks": gone, "message": msg}
+
+
+def check_tickets(tickets: Any) -> int:
+    if isinstance(tickets, bool) or not isinstance(tickets, int) or not 1 <= tickets <= MAX_TICKETS:
+        raise BadTickets(f"tickets must be an integer from 1 to {MAX_TICKETS}, got {tickets!r}")
+    return tickets
+
+
+def accelerate(engine, eid: str, tickets: int = 100) -> dict[str, Any]:
+    """Give every open recall task of ``eid`` ``tickets`` more tickets; returns each
+    task's tickets before and after."""
+    tickets = check_tickets(tickets)
+    _check(engine, eid)
+    before = _tickets(engine, eid)
+    try:
+        n = engine.accelerate(eid, tickets)
+    except UnknownEvent:
+        n = 0
+    after = _tickets(engine, eid)
+    tasks = [{"task_id": tid, "operator": t["operator"], "tickets_before": before.get(tid, {}).get("tickets"),
+              "tickets_after": t["tickets"], "state": t["state"]}
+             for tid, t in after.items() if tid in before and t["tickets"] is not None]
+    msg = (f"accelerated {n} recall task(s) of event {eid} by {tickets} tickets" if n
+           else f"event {eid} has no open recall task: nothing to accelerate")
+    return {"eid": eid, "action": "accelerate", "changed": n > 0, "accelerated": n, "tickets": tickets,
+            "tasks": tasks, "message": msg}

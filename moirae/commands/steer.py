@@ -1,0 +1,44 @@
+"""``moirae cancel EID`` and ``moirae accelerate EID [--tickets N]``: steer a running
+engine through its HTTP API (M 4.4; DESIGN.md §4 flow 6) and print what changed.
+
+The address is the configuration's ``api.host`` / ``api.port``; the token comes from
+``MOIRAE_API_TOKEN`` or ``api.token``. When nothing listens there, one line says no
+engine is running and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+from moirae.commands.registry import command
+
+
+def _client(args):
+    from moirae import config
+    from moirae.api.client import ApiClient
+
+    return ApiClient.from_settings(config.load(args.config))
+
+
+def _report(result: dict, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(result))
+        return 0
+    print(f"moirae: {result['message']}")
+    for t in result.get("tasks", []):
+        if isinstance(t, dict):
+            print(f"  {t['task_id']} ({t['operator']}): tickets {t['tickets_before']} -> {t['tickets_after']}, "
+                  f"{t['state']}")
+        else:
+            print(f"  {t}: cancelled")
+    return 0
+
+
+@command("cancel")
+def cancel(args) -> int:
+    return _report(_client(args).cancel(args.eid), args.json)
+
+
+@command("accelerate")
+def accelerate(args) -> int:
+    return _report(_client(args).accelerate(args.eid, args.tickets), args.json)

@@ -1,0 +1,271 @@
+"""JSON views of an engine's state, for the HTTP API and the console (DESIGN.md §1, §5).
+
+Every function takes an ``engine``: a running :class:`moirae.Engine`, or a
+:class:`moirae.api.readonly.ReadOnlyEngine` over the database of one that is not
+running in this process (then ``engine.deploy.manager`` is None: no live progress, no
+steering). They read only what the engine exposes: the event log
+(``engine.deploy.events``), the recall results table (``engine.deploy.results``), the
+Recall Manager's task statistics, the chunk catalog (``engine.archiver``) and the
+event-query's provenance graph (Ananke's ``GraphStore``).
+
+Recall outputs are treated generically (M 4.6): per operator, inserts, updates and
+deletes keyed by ``key`` are replayed in ``seq`` order into the operator's *current*
+result; the revision history is returned beside it. An operator whose rows carry a past
+event and a ``score`` is a Similarity Recall (M 3.4); its current rows are the similar
+past events.
+
+>>> from recall.api import Output, OutputKind
+>>> from datetime import UTC, datetime
+>>> t = datetime(2024, 1, 1, tzinfo=UTC)
+>>> outs = [Output("r", "e1", t, OutputKind.INSERT, 0, "a", {"n": 1}, None),
+...         Output("r", "e1", t, OutputKind.INSERT, 1, "b", {"n": 2}, None),
+...         Output("r", "e1", t, OutputKind.UPDATE, 2, "a", {"n": 3}, None),
+...         Output("r", "e1", t, OutputKind.DELETE, 3, "b", {"n": 2}, None)]
+>>> res = apply_revisions(outs)
+>>> res["r"]["current"], len(res["r"]["history"])
+([{'key': 'a', 'row': {'n': 3}}], 4)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from recall.api import Output, OutputKind
+from recall.outputs import jsonable
+
+#: Row fields that may name the past event of a Similarity Recall output, in order.
+PAST_EID_FIELDS = ("past_eid", "similar_eid", "past_id", "eid")
+SCORE_FIELDS = ("score", "similarity", "cosine")
+
+
+# -- steering availability -----------------------------------------------------------
+
+def running(engine) -> bool:
+    """Whether steering can act: an in-process engine with a Recall Manager."""
+    return getattr(engine.deploy, "manager", None) is not None
+
+
+# -- events --------------------------------------------------------------------------
+
+def event_summary(record) -> dict[str, Any]:
+    """One event of the log, as the list shows it."""
+    return {"event": record.event, "eid": record.eid, "ts": _iso(record.ts), "attrs": jsonable(record.attrs)}
+
+
+def event_list(engine, event: str | None = None, since: datetime | None = None, until: datetime | None = None,
+               limit: int = 50, offset: int = 0) -> dict[str, Any]:
+    """Events newest first, filtered by event-query name and ``since <= ts < until``."""
+    records = engine.deploy.events.list(event, since, until, limit, offset)
+    return {"events": [event_summary(r) for r in records], "limit": limit, "offset": offset,
+            "count": len(records)}
+
+
+def event_detail(engine, eid: str) -> dict[str, Any] | None:
+    """Everything about one event (DESIGN.md §5 ``GET /api/events/{eid}``), or None if
+    the event log has no such eid."""
+    record = engine.deploy.events.get(eid)
+    if record is None:
+        return None
+    outputs = engine.deploy.results.read(eid)
+    results = apply_revisions(outputs)
+    boundary = next((o for o in reversed(outputs) if o.kind is OutputKind.BOUNDARY), None)
+    return {
+        **event_summary(record),
+        "context": jsonable(record.context),
+        "surrounding": jsonable(record.surrounding),
+        "similar": similar_events(engine, results),
+        "results": results,
+        "progress": progress(engine, eid),
+        "boundary": None if boundary is None else {"seq": boundary.seq, **jsonable(dict(boundary.row))},
+        "provenance": provenance(engine, record),
+        "engine_running": running(engine),
+    }
+
+
+# -- recall outputs: revisions into current results ---------------------------------
+
+def output_json(o: Output) -> dict[str, Any]:
+    """One recall output (a tuple, a revision or a boundary) as JSON."""
+    return {"type": "output", "operator": o.operator, "eid": o.eid, "event_ts": _iso(o.event_ts),
+            "kind": o.kind.value, "seq": o.seq, "key": o.key, "row": jsonable(dict(o.row)),
+            "covered": _interval(o.covered)}
+
+
+def apply_revisions(outputs: Iterable[Output]) -> dict[str, dict[str, Any]]:
+    """Per operator: the current result after replaying inserts / updates / deletes by
+    key in ``seq`` order, the interval of history it covers, whether it is a Similarity
+    Recall, and the revision history. Boundary outputs are not an operator's rows."""
+    by_op: dict[str, list[Output]] = {}
+    for o in outputs:
+        if o.kind is not OutputKind.BOUNDARY:
+            by_op.setdefault(o.operator, []).append(o)
+    out: dict[str, dict[str, Any]] = {}
+    for op, outs in by_op.items():
+        outs.sort(key=lambda o: o.seq)
+        current: dict[str, dict] = {}
+        covered = None
+        for o in outs:
+            if o.kind is OutputKind.DELETE:
+                current.pop(o.key, None)
+            else:  # insert or update: the row now held under its key
+                current[o.key] = jsonable(dict(o.row))
+            if o.covered is not None:
+                covered = o.covered
+        rows = [{"key": k, "row": r} for k, r in current.items()]
+        out[op] = {
+            "similarity": any(_is_similarity_row(dict(o.row)) for o in outs),
+            "current": rows,
+            "covered": _interval(covered),
+            "history": [{"seq": o.seq, "kind": o.kind.value, "key": o.key, "row": jsonable(dict(o.row)),
+                         "covered": _interval(o.covered)} for o in outs],
+        }
+    return out
+
+
+def _is_similarity_row(row: dict) -> bool:
+    return any(f in row for f in SCORE_FIELDS) and any(f in row for f in PAST_EID_FIELDS)
+
+
+def similar_events(engine, results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The current similar past events of every Similarity Recall operator, best first:
+    the past event's id, time, score, context and resolution. Context and resolution
+    come from the output row when it carries them, else from the past event's record
+    (its context, and its *surrounding* information, M 3.3, as the resolution)."""
+    out = []
+    for op, res in results.items():
+        if not res["similarity"]:
+            continue
+        for item in res["current"]:
+            row = item["row"]
+            past_eid = next((str(row[f]) for f in PAST_EID_FIELDS if row.get(f) is not None), item["key"])
+            past = engine.deploy.events.get(past_eid)
+            score = next((row[f] for f in SCORE_FIELDS if row.get(f) is not None), None)
+            resolution = row.get("resolution", row.get("surrounding"))
+            if resolution is None and past is not None:
+                resolution = past.attrs.get("resolution") or (jsonable(past.surrounding) or None)
+            out.append({
+                "operator": op, "eid": past_eid, "score": score,
+                "ts": row.get("past_ts", row.get("ts")) or (_iso(past.ts) if past else None),
+                "context": row["context"] if "context" in row else (jsonable(past.context) if past else None),
+                "resolution": jsonable(resolution),
+                "event": None if past is None else event_summary(past),
+            })
+    out.sort(key=lambda s: -s["score"] if isinstance(s["score"], int | float) and math.isfinite(s["score"])
+             else math.inf)
+    return out
+
+
+# -- progress and the scheduler -------------------------------------------------------
+
+def progress(engine, eid: str) -> list[dict[str, Any]]:
+    """Per recall task of ``eid``: chunks done out of total, tickets, state (empty when
+    no engine runs in this process, or once the task statistics are reaped)."""
+    manager = getattr(engine.deploy, "manager", None)
+    return [] if manager is None else [t.as_dict() for t in manager.tasks(eid)]
+
+
+def scheduler_tasks(engine) -> dict[str, Any]:
+    """Every recall task the manager knows (open, and recently ended), with its event."""
+    manager = getattr(engine.deploy, "manager", None)
+    if manager is None:
+        return {"engine_running": False, "tasks": [], "running_queries": 0}
+    return {"engine_running": True, "tasks": [t.as_dict() for t in manager.tasks()],
+            "running_queries": manager.running(), "max_concurrent": manager.max_concurrent,
+            "open_events": manager.open_events()}
+
+
+# -- the archive ----------------------------------------------------------------------
+
+def chunk_catalog(engine, stream: str | None = None) -> dict[str, Any]:
+    """The chunk catalog (DESIGN.md §3): per chunk its stream, interval, tier, rows,
+    late rows, indexes and materializations, newest first."""
+    chunks = engine.archiver.chunks(stream)
+    return {"chunks": [{"stream": c.stream, "chunk_id": c.chunk_id, "start": _iso(c.start), "end": _iso(c.end),
+                        "tier": c.tier.value, "rows": c.rows, "late_rows": c.late_rows,
+                        "indexes": list(c.indexes), "materialized": list(c.materialized)} for c in chunks],
+            "count": len(chunks)}
+
+
+# -- provenance (A 3, 5) ------------------------------------------------------------
+
+def graph_of(engine, event: str):
+    """The event-query's provenance GraphStore, or None (provenance off / unknown)."""
+    flow = getattr(engine.deploy, "flows", {}).get(event)
+    if flow is not None:
+        return flow.graph
+    finder = getattr(engine.deploy, "graph", None)  # the read-only view finds it in the database
+    return finder(event) if finder is not None else None
+
+
+def provenance(engine, record) -> dict[str, Any]:
+    """The source tuples that contributed to the event (backward provenance through
+    the event-query's Ananke graph) and, per tuple, whether it is expired (A 3: it can
+    contribute to no future alert). The tuples' payload is read back from the archive."""
+    graph = graph_of(engine, record.event)
+    if graph is None:
+        return {"available": False, "sources": []}
+    eq = getattr(engine.deploy, "event_queries", {}).get(record.event)
+    eid_col = eq.eid if eq is not None else "eid"
+    rows = _source_rows(graph, eid_col, record.eid)
+    sources = [{"source_id": sid, "ts": _iso(ts), "expired": expired, "stream": None, "row": None}
+               for sid, ts, expired in rows]
+    if sources:
+        streams = list(eq.inputs) if eq is not None else [s.name for s in engine.archiver.streams()
+                                                           if s.kind == "raw"]
+        _attach_tuples(engine.archiver, streams, sources, [r[1] for r in rows])
+    return {"available": True, "sources": sources,
+            "expired": sum(s["expired"] for s in sources), "alive": sum(not s["expired"] for s in sources)}
+
+
+def _source_rows(graph, eid_col: str, eid: str) -> list[tuple[int, datetime, bool]]:
+    """(source id, event time, expired) of every source tuple with an edge to a sink
+    vertex of this event, from the GraphStore's vertex, edge and label tables."""
+    conn = graph.connect()
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                f"SELECT DISTINCT v.id, v.tuple_ts, (l.vertex_id IS NOT NULL) "
+                f"FROM {graph.v} s JOIN {graph.e} e ON e.sink_id = s.id "
+                f"JOIN {graph.v} v ON v.kind = 'source' AND v.id = e.source_id "
+                f"LEFT JOIN {graph.lab} l ON l.kind = 'source' AND l.vertex_id = v.id "
+                f"WHERE s.kind = 'sink' AND s.payload ->> %s = %s ORDER BY v.tuple_ts, v.id", (eid_col, eid))
+            return [(r[0], r[1], bool(r[2])) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def _attach_tuples(archiver, streams: list[str], sources: list[dict], times: list[datetime]) -> None:
+    wanted = {s["source_id"]: s for s in sources}
+    lo, hi = min(times), max(times) + timedelta(microseconds=1)
+    for stream in streams:
+        try:
+            frame = archiver.read(stream, lo, hi, with_ids=True)
+        except LookupError:  # the stream is unknown to this archive
+            continue
+        for row in frame.to_dict("records"):
+            s = wanted.get(int(row.pop("_sid")))
+            if s is not None and s["stream"] is None:
+                s["stream"], s["row"] = stream, jsonable(row)
+
+
+# -- the live stream (SSE items) ---------------------------------------------------------
+
+def bus_item_json(item: Any) -> dict[str, Any]:
+    """A bus item as JSON: recall outputs and boundaries via :func:`output_json`, event
+    announcements (dicts) as they are."""
+    if isinstance(item, Output):
+        return output_json(item)
+    if isinstance(item, dict):
+        return jsonable(item)
+    return {"type": "other", "value": jsonable(item)}
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else jsonable(value)
+
+
+def _interval(iv) -> list[str | None] | None:
+    return None if iv is None else [_iso(iv.start), _iso(iv.end)]
