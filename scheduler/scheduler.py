@@ -149,10 +149,14 @@ class StrideScheduler:
         timeout = cfg.feedback_timeout if feedback_timeout is None else float(feedback_timeout)
         if not timeout >= 0:
             raise InvalidTaskSpec(f"event {eid!r}: feedback_timeout must be >= 0, got {feedback_timeout!r}")
+        if task_id is not None and (task_id in self._tasks or task_id in self._orphans):
+            raise DuplicateTask(f"task id {task_id!r} is already in the scheduler")
         self._seq += 1
-        tid = task_id if task_id is not None else f"t{self._seq}"
-        if tid in self._tasks or tid in self._orphans:
-            raise DuplicateTask(f"task id {tid!r} is already in the scheduler")
+        tid = task_id
+        if tid is None:
+            while f"t{self._seq}" in self._tasks or f"t{self._seq}" in self._orphans:  # caller's ids
+                self._seq += 1
+            tid = f"t{self._seq}"
         prio = Priority(priority)
         task = _Task(tid, eid, prio, self._seq, self.clock.now(), period, timeout)
         self._tasks[tid] = task

@@ -340,6 +340,13 @@ def test_bad_task_arguments_are_named():
     assert s.task(t).state is TaskState.RUNNING  # a refused call changes nothing
 
 
+def test_generated_ids_skip_ids_the_caller_chose():
+    s, _, _ = make()
+    s.submit("e", task_id="t2")
+    assert s.submit("e") == "t3"
+    assert len({s.submit("e") for _ in range(5)} | {"t2", "t3"}) == 7
+
+
 def test_submit_below_the_floor_is_refused():
     s, _, _ = make(min_tickets=10)
     with pytest.raises(InvalidTickets, match="min_tickets=10"):
