@@ -23,6 +23,14 @@ Policy, all from M 4.4:
   ``feedback(eid)`` (or ``accelerate``) resumes it; if nothing arrives within
   ``feedback_timeout`` seconds, ``expire`` discards every task of the event.
 
+Fairness with quanta in flight: a task's pass is charged when its quantum is granted,
+and a running task is skipped, so with N > 1 the next task is the lowest-pass *runnable*
+one. The one-quantum pairwise bound (:mod:`scheduler.fairness`) is proven, and tested,
+for one quantum at a time; with N in flight a task whose query runs long simply gets
+fewer quanta meanwhile (it cannot hold two), and first-chunk-first still holds: a new
+task joins no later than the lowest active pass, so under equal tickets no task gets
+two more quanta before a newcomer's first.
+
 Time comes only from the injected clock. Nothing here does I/O or starts threads; the
 caller serialises calls (it is not thread-safe by itself).
 
