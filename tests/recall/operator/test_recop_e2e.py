@@ -37,8 +37,7 @@ def detect_overload(load):
     return over.join(light, "ts").select("eid", F.col("ts").cast("double").alias("epoch"), "node", "nodes")
 
 
-@pytest.mark.parametrize("analysis", ["event", "present"])
-def test_migration_end_to_end(spark, pg, analysis):
+def test_migration_end_to_end(spark, pg):
     from archive.archiver import Archiver
     from archive.settings import ArchiveSettings
     from archive.spark_sink import archive_batches, spec_from_spark_schema
@@ -56,17 +55,20 @@ def test_migration_end_to_end(spark, pg, analysis):
                  "nodes": list(ev["nodes"])}
         assert event["nodes"] == ["n1", "n2"] and event["eid"] == "overload-n0"
 
-        pipe = Pipeline(analysis)
-        for p in PINGS_BEFORE:
-            pipe.on_ping(p)
+        pipes = {a: Pipeline(a) for a in ("event", "present")}  # one recall feeds both
+        for pipe in pipes.values():
+            for p in PINGS_BEFORE:
+                pipe.on_ping(p)
         first = threading.Event()
 
         def sink(out):
-            pipe.on_output(out)
+            for pipe in pipes.values():
+                pipe.on_output(out)
             if out.kind is not OutputKind.BOUNDARY and not first.is_set():
                 first.set()
-                for p in PINGS_AFTER:  # the network changes while history is recalled
-                    pipe.on_ping(p)
+                for pipe in pipes.values():
+                    for p in PINGS_AFTER:  # the network changes while history is recalled
+                        pipe.on_ping(p)
 
         op = recall_operator(store=arch)
         with RecallManager(arch, max_concurrent=1, on_output=sink) as mgr:
@@ -77,13 +79,15 @@ def test_migration_end_to_end(spark, pg, analysis):
                 time.sleep(0.02)
             assert event["eid"] not in mgr.open_events()
 
+        pipe = pipes["event"]
         heavy_then_light = pipe.avg_cpu_history('["n1", "p1"]')
         assert heavy_then_light[0] == ("insert", 95.0) and heavy_then_light[-1] == ("update", 27.0)
         assert [k for k, _ in heavy_then_light[1:]] == ["update"] * (len(heavy_then_light) - 1)
         assert pipe.history[-1].kind is OutputKind.BOUNDARY
         assert set(pipe.recalled.rows(event["eid"])) == {'["n1", "p1"]', '["n2", "p2"]', '["n2", "p3"]'}
-        assert pipe.final() == EXPECTED[analysis]
-        for o in (pipe.worst, pipe.light, pipe.ping, pipe.near):
-            assert event["eid"] not in o.events  # the boundary released the state
+        for analysis, pipe in pipes.items():
+            assert pipe.final() == EXPECTED[analysis], analysis
+            for o in (pipe.worst, pipe.light, pipe.ping, pipe.near):
+                assert event["eid"] not in o.events  # the boundary released the state
     finally:
         arch.close()
