@@ -4,21 +4,14 @@ events in the real event log."""
 
 from __future__ import annotations
 
-import socket
-import time
-from datetime import UTC, datetime, timedelta
-
 import numpy as np
 import pandas as pd
 import pytest
+from api_helpers import HOURS, T0
 
 from archive.streams import StreamSpec
 from moirae import Engine
-from moirae.events import EventRecord
 from recall.operator import Recall
-
-T0 = datetime(2024, 3, 1, tzinfo=UTC)
-HOURS = 3  # 18 chunks of 10 minutes
 
 
 @pytest.fixture
@@ -29,7 +22,7 @@ def engine(pg, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     monkeypatch.delenv("MOIRAE_API_TOKEN", raising=False)
     e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           archive={"chunk_span": "10m"}, recall={"max_concurrent": 2})
+                           archive={"chunk_span": "10m"}, recall={"max_concurrent": 2, "tickets_per_result": 0})
     e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"},
                                                 indexes=[("sid",)]))
     n = HOURS * 360
@@ -43,33 +36,3 @@ def engine(pg, tmp_path, monkeypatch):
     yield e
     e.close()
 
-
-def add_event(engine, eid: str, minutes: float, sid: str = "s0", submit: bool = True, event: str = "overload",
-              context=None, surrounding=None) -> EventRecord:
-    rec = EventRecord(event, eid, T0 + timedelta(minutes=minutes), {"sid": sid, "avg_bw": 91.5},
-                      context=context or [{"sid": sid, "cpu": 97.0}], surrounding=surrounding or {})
-    assert engine.deploy.events.add([rec]) == [rec]
-    if submit:
-        engine.deploy.manager.submit(rec.as_event(), ["hist"])
-    return rec
-
-
-def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def suspended(engine, eid: str) -> bool:
-    tasks = engine.deploy.manager.tasks(eid)
-    return bool(tasks) and all(t.state.value == "suspended" for t in tasks)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

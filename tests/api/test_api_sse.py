@@ -1,0 +1,77 @@
+"""The live stream: server-sent events over a real uvicorn server on a free loopback
+port. A published item arrives as an SSE message, idle connections get keep-alive
+comments, real recall outputs arrive as the manager produces them, and a client that
+disconnects releases its bus subscription."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+from api_helpers import add_event, wait_for
+
+from moirae.api import serve
+from recall.api import Interval, Output, OutputKind
+
+pytestmark = pytest.mark.postgres
+
+
+def _messages(lines):
+    """Parse SSE lines into (kind, data) messages and comment lines."""
+    kind, data = None, []
+    for line in lines:
+        if line.startswith(":"):
+            yield ("comment", line[1:].strip())
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            yield (kind, json.loads("\n".join(data)))
+            kind, data = None, []
+
+
+@pytest.fixture
+def server(engine):
+    srv = serve(engine, host="127.0.0.1", port=0, keepalive=0.3)
+    yield srv
+    srv.stop()
+
+
+def test_a_published_item_arrives_and_idle_streams_get_keepalives(engine, server):
+    bus = engine.deploy.manager.bus
+    base = bus.subscribers
+    t = datetime(2024, 3, 1, tzinfo=UTC)
+    out = Output("hist", "e9", t, OutputKind.UPDATE, 3, "k", {"mean": 1.5}, Interval(t, t))
+    with httpx.Client(base_url=server.url, timeout=10) as client, client.stream("GET", "/api/stream") as res:
+        assert res.status_code == 200 and res.headers["content-type"].startswith("text/event-stream")
+        msgs = _messages(res.iter_lines())
+        assert next(msgs) == ("comment", "connected")
+        wait_for(lambda: bus.subscribers == base + 1, what="the subscription")
+        bus.publish({"type": "event", "eid": "e9", "event": "overload"})
+        bus.publish(out)
+        assert next(msgs) == ("event", {"type": "event", "eid": "e9", "event": "overload"})
+        kind, data = next(msgs)
+        assert kind == "update" and (data["eid"], data["seq"], data["row"]) == ("e9", 3, {"mean": 1.5})
+        assert data["covered"] == [t.isoformat(), t.isoformat()]
+        kind, text = next(msgs)
+        assert kind == "comment" and text.startswith("keep-alive")
+    wait_for(lambda: bus.subscribers == base, what="the subscription to close after disconnect")
+
+
+def test_recall_outputs_of_a_live_event_stream_in(engine, server):
+    with httpx.Client(base_url=server.url, timeout=10) as client, \
+            client.stream("GET", "/api/stream", params={"eid": "ev1"}) as res:
+        msgs = _messages(res.iter_lines())
+        assert next(msgs)[0] == "comment"
+        add_event(engine, "other", 160)
+        add_event(engine, "ev1", 170)
+        kind, data = next(m for m in msgs if m[0] != "comment")
+        assert kind == "insert" and data["eid"] == "ev1" and data["operator"] == "hist"
+        assert data["row"]["sid"] == "s0" and data["covered"] == ["2024-03-01T02:50:00+00:00",
+                                                                   "2024-03-01T03:00:00+00:00"]
+        client.post("/api/events/ev1/cancel")
+        kind, data = next(m for m in msgs if m[0] != "comment")
+        assert kind == "boundary" and data["eid"] == "ev1" and list(data["row"]["ended"].values()) == ["cancelled"]
