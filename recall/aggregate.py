@@ -401,17 +401,22 @@ class GroupedMerge:
 class RowMerge:
     """The union of a plain SPJ template's chunk results, with its post-operators.
 
-    Rows keep the key they got on arrival (their values as JSON, plus ``#n`` for the
-    n-th duplicate), so a row's key is stable across chunks. With ORDER BY and LIMIT
-    only the current top rows are kept.
+    Rows keep the key they got on arrival (their values as JSON, plus ``#n`` to tell
+    duplicates apart), so a row's key is stable across chunks. With ORDER BY and LIMIT
+    only the current top rows are kept; with LIMIT alone, the first rows to arrive.
+    Without ORDER BY and LIMIT the result only grows (``append_only``): new rows are
+    handed out once by :meth:`take_fresh` and not kept (DISTINCT keeps their keys).
     """
 
     def __init__(self, spec: SplitQuery) -> None:
         if spec.aggregated:
             raise BadTemplate(f"{spec.template!r} aggregates; use GroupedMerge")
         self.spec = spec
+        self.append_only = not spec.order and spec.limit is None and spec.offset == 0
         self.rows: list[tuple[str, Row, dict]] = []
+        self.fresh: list[tuple[str, Row]] = []
         self._dups: dict[str, int] = {}
+        self._arrived = 0
         self._order = [self._order_fn(k.expr) for k in spec.order]
         self._post = _PostOps(spec, self._order)
 
@@ -434,20 +439,38 @@ class RowMerge:
         if len(rows) == 0:
             return 0
         names = [c for c in rows.columns if c not in spec.hidden]
+        first_only = not spec.order and spec.limit is not None
         for rec in rows.to_dict("records"):
+            if first_only and len(self.rows) >= spec.offset + spec.limit:
+                break
             row = {c: to_py(rec[c]) for c in names}
-            env = {**row, **{h: to_py(rec.get(h)) for h in spec.hidden}}
             sig = group_key(row.values())
-            n = self._dups.get(sig, 0)
-            self._dups[sig] = n + 1
-            key = sig if spec.distinct else f"{sig}#{n}"
-            if spec.distinct and n:
+            self._arrived += 1
+            if spec.distinct:
+                if sig in self._dups:
+                    continue
+                self._dups[sig] = 1
+                key = sig
+            elif self.append_only:
+                key = f"{sig}#{self._arrived}"
+            else:
+                n = self._dups.get(sig, 0)
+                self._dups[sig] = n + 1
+                key = f"{sig}#{n}"
+            if self.append_only:
+                self.fresh.append((key, row))
                 continue
+            env = {**row, **{h: to_py(rec.get(h)) for h in spec.hidden}}
             self.rows.append((key, row, env))
         if spec.order and spec.limit is not None:
             keep = {k for k, _ in self._post_all()[: spec.offset + spec.limit]}
             self.rows = [r for r in self.rows if r[0] in keep]
         return len(rows)
+
+    def take_fresh(self) -> list[tuple[str, Row]]:
+        """Rows added since the last call (append-only templates)."""
+        out, self.fresh = self.fresh, []
+        return out
 
     def _post_all(self) -> list[tuple[str, Row]]:
         saved = self.spec

@@ -75,7 +75,8 @@ class RecallState:
     ended: EndReason | None = None
 
     def current(self) -> dict[str, Row]:
-        """The result as emitted so far (key -> row)."""
+        """The result as emitted so far (key -> row); empty for append-only templates,
+        whose rows are not kept."""
         return dict(self.emitted)
 
 
@@ -202,13 +203,18 @@ class Recall:
         return self.period / span
 
     def _emit(self, state: RecallState, factor: float) -> list[Output]:
-        result = dict(state.merge.result(factor))
         covered = self.data_interval(state)
         out: list[Output] = []
 
         def put(kind: OutputKind, key: str, row: Row) -> None:
             state.seq += 1
             out.append(Output(self.name, state.spec.eid, state.spec.event_ts, kind, state.seq, key, row, covered))
+
+        if isinstance(state.merge, RowMerge) and state.merge.append_only:
+            for key, row in state.merge.take_fresh():  # only inserts; nothing kept (M 4.3)
+                put(OutputKind.INSERT, key, row)
+            return out
+        result = dict(state.merge.result(factor))
 
         for key in [k for k in state.emitted if k not in result]:
             put(OutputKind.DELETE, key, state.emitted.pop(key))

@@ -131,12 +131,23 @@ def test_row_merge_keeps_global_top_k():
     assert len(merge.rows) == 3  # only the current top rows are kept
 
 
-def test_row_merge_distinct_and_duplicate_keys():
+def test_row_merge_append_only_hands_rows_out_once_and_keeps_none():
     plain = RowMerge(split_template("SELECT h.sid FROM m h"))
+    assert plain.append_only
     plain.add(pd.DataFrame({"sid": ["a", "a"]}))
+    first = plain.take_fresh()
     plain.add(pd.DataFrame({"sid": ["a"]}))
-    assert [k for k, _ in plain.result()] == ['["a"]#0', '["a"]#1', '["a"]#2']
+    keys = [k for k, _ in first + plain.take_fresh()]
+    assert len(set(keys)) == 3 and all(k.startswith('["a"]#') for k in keys)
+    assert plain.rows == [] and plain.take_fresh() == []
     distinct = RowMerge(split_template("SELECT DISTINCT h.sid FROM m h"))
     distinct.add(pd.DataFrame({"sid": ["a", "b"]}))
-    distinct.add(pd.DataFrame({"sid": ["a"]}))
-    assert [r for _, r in distinct.result()] == [{"sid": "a"}, {"sid": "b"}]
+    distinct.add(pd.DataFrame({"sid": ["a", "c"]}))
+    assert [r for _, r in distinct.take_fresh()] == [{"sid": "a"}, {"sid": "b"}, {"sid": "c"}]
+
+
+def test_row_merge_limit_without_order_keeps_the_first_rows():
+    merge = RowMerge(split_template("SELECT h.x FROM m h LIMIT 2"))
+    merge.add(pd.DataFrame({"x": [3, 1, 2]}))
+    merge.add(pd.DataFrame({"x": [9]}))
+    assert [r["x"] for _, r in merge.result()] == [3, 1] and len(merge.rows) == 2

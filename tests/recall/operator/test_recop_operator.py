@@ -166,3 +166,14 @@ def test_a_group_falling_out_of_the_limit_is_deleted():
         ("insert", '["a"]')]
     outs = op.on_chunk(st_, 5, day(5), _partial(op, [("b", 2.0, 0)]))
     assert [(o.kind.value, o.key) for o in outs] == [("delete", '["a"]'), ("insert", '["b"]')]
+
+
+def test_plain_rows_are_inserted_once_and_not_kept():
+    op = Recall("r", "SELECT h.sid, h.x FROM m h WHERE h.sid = :sid")
+    st_ = op.start(op.task_for(EVENT))
+    a = op.on_chunk(st_, 6, day(6), pd.DataFrame({"sid": ["s1", "s1"], "x": [1.0, 1.0]}))
+    b = op.on_chunk(st_, 5, Interval(day(5).start, day(6).end), pd.DataFrame({"sid": ["s1"], "x": [2.0]}))
+    assert [o.kind for o in a + b] == [OutputKind.INSERT] * 3 and len({o.key for o in a + b}) == 3
+    assert [o.seq for o in a + b] == [1, 2, 3] and b[0].covered == Interval(day(5).start, day(6).end)
+    assert st_.emitted == {} and st_.merge.rows == []
+    assert op.on_end(st_, EndReason.DONE) == []
