@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from scheduler.errors import MoiraeError
 
@@ -143,6 +144,8 @@ def parse_select(sql: str) -> exp.Select:
     if len(trees) != 1:
         raise BadTemplate(f"a history-query template must be a single statement, got {len(trees)} in {sql!r}")
     tree = trees[0]
+    if isinstance(tree, exp.Select):  # fold unquoted names as PostgreSQL does: History -> history
+        tree = normalize_identifiers(tree, dialect=DIALECT)
     if not isinstance(tree, exp.Select):
         raise BadTemplate(f"a history-query template must be a single SELECT, got {tree.key.upper()} in {sql!r}")
     if tree.args.get("with_") or tree.args.get("with"):

@@ -123,3 +123,49 @@ def test_archiver_accepts_the_chunk_sql(pg):
     for sql, _ in TEMPLATES:
         q = prepare(Recall("r", sql).split.chunk_sql, {"m", "hosts"})
         assert "m" in q.streams
+
+
+def test_paper_template_over_the_archiver(pg):
+    """M 3.2's template, with "this week" extrapolation (M 4.5.1), run chunk by chunk by
+    the real Archiver (which adds each chunk's interval itself)."""
+    import numpy as np
+    import pandas as pd
+
+    from archive.archiver import Archiver
+    from archive.settings import ArchiveSettings
+    from archive.streams import StreamSpec
+
+    arch = Archiver(pg, ArchiveSettings(chunk_span=timedelta(days=1)))
+    try:
+        arch.register_stream(StreamSpec.build("history", "ts", {"sid": "text", "bw": "double"}))
+        n = 14 * 24  # two weeks of hourly samples for two servers
+        ts = pd.to_datetime(T0) + pd.to_timedelta(np.arange(n), unit="h")
+        bw = np.arange(n, dtype="float64") % 17
+        frame = pd.concat([pd.DataFrame({"ts": ts, "sid": s, "bw": bw + i}) for i, s in enumerate("ab")])
+        arch.append("history", 0, frame, bulk=True)
+        event = {"eid": "e", "ts": T0 + timedelta(days=14), "sid": "b"}
+        op = Recall("norm", "SELECT h.sid, avg(h.bw) AS mean, stddev(h.bw) AS sd, count(*) AS n FROM History h "
+                    "GROUP BY h.sid HAVING h.sid = e.sid", store=arch, period=timedelta(days=7), time_column="h.ts")
+        spec = op.task_for(event)
+        assert spec.query.streams == ("history",)
+        state, table = op.start(spec), ResultTable()
+        newest_first = [c for c in arch.chunk_ids(["history"]) if arch.grid.bounds(c)[0] >= spec.bound]
+        assert len(newest_first) == 7
+        for i, c in enumerate(newest_first):
+            lo, hi = arch.grid.bounds(c)
+            covered = Interval(lo, arch.grid.bounds(newest_first[0])[1])
+            for o in op.on_chunk(state, c, covered, arch.run_history_query(spec.query, spec.params, c)):
+                assert o.covered == covered
+                table.apply(o)
+            [row] = table.rows("e").values()
+            assert row["n"] == pytest.approx(24 * 7)  # 24 rows a day, extrapolated to the week
+            assert close(row["mean"], float(frame[(frame.sid == "b") & (frame.ts >= lo) & (frame.ts < event["ts"])]
+                                            ["bw"].mean()))
+            assert i or row["sd"] is not None
+        for o in op.on_end(state, EndReason.DONE):
+            table.apply(o)
+        [row] = table.rows("e").values()
+        week = frame[(frame.sid == "b") & (frame.ts >= spec.bound) & (frame.ts < event["ts"])]["bw"]
+        assert row["n"] == 24 * 7 and close(row["sd"], float(week.std()), rel=1e-9)
+    finally:
+        arch.close()
