@@ -251,8 +251,12 @@ class ClusterScenario:
             yield a, b, self.frames(a, b, streams)
             a = b
 
-    def live(self, a_ns: int, b_ns: int, stream: str) -> pd.DataFrame:
+    def live(self, a_ns: int, b_ns: int, stream: str, since_ns: int | None = None) -> pd.DataFrame:
         """Rows of ``stream`` whose *ingestion* time is in [a, b), in delivery order.
+
+        ``since_ns`` is where the live stream began: rows with an earlier event time
+        belong to the history (even when their ingestion is delayed past it) and are
+        left out, so history plus live holds every row exactly once.
 
         Ingestion times follow ``config.live`` (DEBS'19 disorder, seeded per block and
         stream so each row's delay is fixed); with ``out_of_order`` 0 this is ``frames``
@@ -276,6 +280,8 @@ class ClusterScenario:
             else:
                 ingest = ev
             keep = (ingest >= a_ns) & (ingest < b_ns)
+            if since_ns is not None:
+                keep &= ev >= since_ns
             part = df[keep].copy()
             part["ingest_ts"] = _utc(ingest[keep])
             parts.append(part)
