@@ -154,7 +154,17 @@ def parse_select(sql: str) -> exp.Select:
         raise BadTemplate(f"window functions (OVER) cannot be split across chunks: {sql!r}")
     if not tree.args.get("from_") and not tree.args.get("from"):
         raise BadTemplate(f"a history-query template must read FROM an archived stream: {sql!r}")
+    where = tree.args.get("where")
+    for sub in tree.find_all(exp.Subquery, exp.Select):
+        if sub is not tree and (where is None or not any(a is where for a in _ancestors(sub))):
+            raise BadTemplate(f"subqueries are only supported in WHERE (each runs within one chunk, M 4.3): {sql!r}")
     return tree
+
+
+def _ancestors(node: exp.Expression):
+    while node.parent is not None:
+        node = node.parent
+        yield node
 
 
 def _bind_event_refs(tree: exp.Select, event_alias: str) -> exp.Select:

@@ -128,6 +128,8 @@ def test_e_is_a_table_alias_then_not_rewritten():
     ("SELECT sum(h.x) OVER () FROM m h", BadTemplate, "window"),
     ("SELECT min(DISTINCT h.x) FROM m h", UnsupportedAggregate, "DISTINCT"),
     ("SELECT h.x FROM m h LIMIT :n", BadTemplate, "LIMIT"),
+    ("SELECT count(*) FROM (SELECT * FROM m) h", BadTemplate, "subqueries"),
+    ("SELECT (SELECT max(x) FROM m) FROM m h", BadTemplate, "subqueries"),
 ])
 def test_rejections_name_the_problem(sql, err, words):
     with pytest.raises(err) as info:
@@ -141,3 +143,8 @@ def test_unknown_event_attribute():
         split_template("SELECT count(*) FROM m h WHERE h.sid = e.host", event_attrs=("sid", "eid", "ts"))
     assert ":host" in str(info.value) and "sid" in str(info.value)
     assert isinstance(info.value, KeyError)
+
+
+def test_subquery_in_where_runs_within_each_chunk():
+    q = split_template("SELECT count(*) FROM m h WHERE h.sid IN (SELECT s.sid FROM hosts s WHERE s.rack = :rack)")
+    assert q.streams == ("m", "hosts") and q.params == ("rack",) and [a.func for a in q.aggregates] == ["count"]
