@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from ananke.store import GraphStore
 from archive import Archiver, Database
@@ -24,6 +24,10 @@ from recall.api import Interval, Output, OutputKind
 from recall.outputs import TABLE, Bus, ResultsTable
 
 log = logging.getLogger(__name__)
+
+#: ``detected_at`` is a transaction's start time, so a row may commit a little after
+#: newer ones: the tail looks back this far and remembers which eids it published.
+LOOKBACK = timedelta(seconds=30)
 
 
 class _Deploy:
@@ -90,7 +94,8 @@ class ReadOnlyEngine:
 
 class DbTail:
     """Publishes events and recall outputs written to the database after it started
-    (by an engine in another process) on ``bus``, polling every ``interval`` seconds.
+    (by an engine in another process) on ``bus``, polling every ``interval`` seconds,
+    each once.
     Events come as ``{"type": "event", ...}`` dicts, outputs as
     :class:`~recall.api.Output` objects, as the engine's own bus carries them."""
 
@@ -104,7 +109,9 @@ class DbTail:
             self.last_id = cur.fetchone()[0]
             cur.execute("SELECT coalesce(max(detected_at), now()) FROM moirae_events")
             self.last_detected: datetime = cur.fetchone()[0]
-        self._seen_at_last: set[str] = set()
+            cur.execute("SELECT eid, detected_at FROM moirae_events WHERE detected_at >= %s",
+                        (self.last_detected - LOOKBACK,))
+            self._seen: dict[str, datetime] = dict(cur.fetchall())
         self._thread = threading.Thread(target=self._run, name="moirae-console-tail", daemon=True)
 
     def start(self) -> None:
@@ -126,20 +133,22 @@ class DbTail:
         n = 0
         with self.db.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT event, eid, ts, attrs, context, surrounding, detected_at FROM moirae_events "
-                        "WHERE detected_at >= %s ORDER BY detected_at, eid LIMIT 1000", (self.last_detected,))
+                        "WHERE detected_at >= %s ORDER BY detected_at, eid LIMIT 5000",
+                        (self.last_detected - LOOKBACK,))
             events = cur.fetchall()
             cur.execute("SELECT id, operator, eid, event_ts, kind, seq, key, row, covered_start, covered_end "
                         f"FROM {TABLE} WHERE id > %s ORDER BY id LIMIT 5000", (self.last_id,))
             outputs = cur.fetchall()
         for r in events:
-            if r[6] == self.last_detected and r[1] in self._seen_at_last:
+            if r[1] in self._seen:
                 continue
-            if r[6] > self.last_detected:
-                self.last_detected, self._seen_at_last = r[6], set()
-            self._seen_at_last.add(r[1])
+            self._seen[r[1]] = r[6]
+            self.last_detected = max(self.last_detected, r[6])
             rec = EventRecord(*r[:4], context=r[4], surrounding=r[5])
             self.bus.publish({"type": "event", **rec.to_json()})
             n += 1
+        horizon = self.last_detected - LOOKBACK
+        self._seen = {e: t for e, t in self._seen.items() if t >= horizon}
         for r in outputs:
             self.last_id = r[0]
             self.bus.publish(Output(operator=r[1], eid=r[2], event_ts=r[3], kind=OutputKind(r[4]), seq=r[5],

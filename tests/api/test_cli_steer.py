@@ -1,0 +1,81 @@
+"""``moirae cancel`` / ``moirae accelerate`` against a served engine (uvicorn on a free
+loopback port), and with nothing listening."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from api_helpers import add_event, free_port, suspended, wait_for
+
+from moirae.api import serve
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.postgres
+
+
+def run_cli(*args, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != "MOIRAE_API_TOKEN"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "moirae.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, env=env)
+
+
+def _config(tmp_path, port, token=""):
+    f = tmp_path / "api.yaml"
+    f.write_text(f"api:\n  host: 127.0.0.1\n  port: {port}\n  token: '{token}'\n")
+    return str(f)
+
+
+def test_cli_accelerates_and_cancels_through_the_api(engine, tmp_path):
+    for i, eid in enumerate(("ev:1", "ev:2")):
+        add_event(engine, eid, 170 - i)
+    wait_for(lambda: suspended(engine, "ev:1") and suspended(engine, "ev:2"), what="suspended")
+    with serve(engine, host="127.0.0.1", port=0) as server:
+        cfg = _config(tmp_path, server.port)
+        res = run_cli("accelerate", "ev:1", "--tickets", "40", "--config", cfg)
+        assert res.returncode == 0, res.stderr
+        assert "accelerated 1 recall task(s) of event ev:1 by 40 tickets" in res.stdout
+        assert "tickets 100 -> 140" in res.stdout
+        wait_for(lambda: [t.tickets for t in engine.deploy.manager.tasks("ev:1")] == [140], what="140 tickets")
+
+        res = run_cli("cancel", "ev:2", "--config", cfg)
+        assert res.returncode == 0, res.stderr
+        assert "cancelled 1 recall task(s) of event ev:2" in res.stdout
+        assert engine.deploy.manager.tasks("ev:2") == [] and engine.deploy.manager.open_events() == ["ev:1"]
+
+        res = run_cli("cancel", "ev:2", "--config", cfg, "--json")
+        assert res.returncode == 0 and '"changed": false' in res.stdout
+
+        res = run_cli("cancel", "nope", "--config", cfg)
+        assert res.returncode == 1
+        assert res.stderr.strip().splitlines() == ["moirae: error: POST /api/events/nope/cancel: HTTP 404: "
+                                                   "no event 'nope' in the event log"]
+
+
+def test_cli_sends_the_token_from_config_or_environment(engine, tmp_path):
+    add_event(engine, "a", 170)
+    wait_for(lambda: suspended(engine, "a"), what="suspended")
+    with serve(engine, host="127.0.0.1", port=0, token="tok") as server:
+        res = run_cli("accelerate", "a", "--config", _config(tmp_path, server.port))
+        assert res.returncode == 1 and "HTTP 401" in res.stderr
+        res = run_cli("accelerate", "a", "--config", _config(tmp_path, server.port), env_extra={"MOIRAE_API_TOKEN": "tok"})
+        assert res.returncode == 0, res.stderr
+        res = run_cli("cancel", "a", "--config", _config(tmp_path, server.port, token="tok"))
+        assert res.returncode == 0 and "cancelled 1" in res.stdout
+
+
+@pytest.mark.parametrize("args", [("cancel", "e1"), ("accelerate", "e1", "--tickets", "5")])
+def test_no_engine_running_is_one_line_and_nonzero(tmp_path, args):
+    res = run_cli(*args, "--config", _config(tmp_path, free_port()))
+    assert res.returncode == 1
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith("moirae: error: no engine is running") and "connection refused" in line
+
+
+def test_bad_tickets_argument_is_rejected_before_calling(tmp_path):
+    res = run_cli("accelerate", "e1", "--tickets", "0", "--config", _config(tmp_path, free_port()))
+    assert res.returncode == 2 and "tickets must be a positive integer" in res.stderr
