@@ -46,14 +46,22 @@ def ankn_items(sink: ProvSink, U: timedelta | None = None):
     """The graph-item stream of ``sink`` as a streaming DataFrame (columns ITEM_COLUMNS).
 
     ``U`` defaults to the sink's query U (the global U of Remark 4.1). The sink's event-time
-    column must carry a watermark (true after a window; call ``withWatermark`` otherwise).
+    column needs a watermark. It has one after a window or straight from a source; a join's
+    output time (the later of two inputs) has none, and is given one here with a delay of
+    U plus the largest source lateness: a join output is never older than the inputs'
+    watermark, and no input is more than that ahead of it.
     """
     from pyspark.sql import functions as F
 
     u = max(U if U is not None else sink.query.U, MIN_U)
+    df = sink.df
+    if "spark.watermarkDelayMs" not in df.schema[sink.ts].metadata:
+        lateness = max((dict(n.params).get("lateness", timedelta(0)) for n in sink.query.graph.nodes
+                        if n.kind == "source"), default=timedelta(0))
+        df = df.withWatermark(sink.ts, spark_interval(u + lateness))
     u_us = int(u / timedelta(microseconds=1))
     payload = sink.payload_columns
-    base = sink.df.select(
+    base = df.select(
         sink_id_col(sink.name, sink.ts, payload).alias("sink_id"), F.col(sink.ts).alias("tk"),
         F.unix_micros(F.col(sink.ts)).alias("tk_us"),
         (F.to_json(F.struct(*payload)) if payload else F.lit("{}")).alias("payload"), F.col(PROV),

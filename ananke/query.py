@@ -160,7 +160,10 @@ class Provenanced:
         sel = [F.col(f"_l.{c}").alias(c) for c in self.columns if c != ts_out]
         sel += [F.col(f"_r.{c}").alias(f"{right_prefix}{c}" if c in names else c)
                 for c in other.columns if c not in on]
-        sel.append(F.greatest(lts, rts).alias(ts_out))
+        # the later of the two times; when a bound is zero that is one side's own column,
+        # which keeps Spark's watermark on it (ANK-N needs one on the sink's time)
+        later = rts if lo == ZERO else lts if up == ZERO else F.greatest(lts, rts)
+        sel.append(later.alias(ts_out))
         if self.query.enabled:
             sel.append(F.array_distinct(F.concat(F.col(f"_l.{PROV}"), F.col(f"_r.{PROV}"))).alias(PROV))
         node = self.query.graph.add("join", name, [(self.node, up), (other.node, lo)], lower=lo, upper=up)
