@@ -47,7 +47,7 @@ def truth_groups(df: pd.DataFrame) -> dict[str, dict]:
     return out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(df=frames, perm=st.permutations(range(6)))
 def test_merged_partials_equal_one_shot_aggregate(df, perm):
     spec = split_template(ALL_AGGS)

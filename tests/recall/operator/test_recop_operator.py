@@ -117,7 +117,7 @@ rows = st.lists(st.tuples(st.sampled_from("abcdef"), st.floats(0, 100, allow_nan
                           st.integers(0, 9), st.integers(0, 6)), max_size=60)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(data=rows, period=st.sampled_from([None, WEEK, 3 * DAY]))
 def test_outputs_applied_in_order_reproduce_the_result(data, period):
     df = pd.DataFrame(data, columns=["sid", "x", "k", "day"]).astype({"x": "float64", "k": "int64"})

@@ -100,7 +100,7 @@ row = st.tuples(st.sampled_from(["a", "b", "c"]),
                 st.integers(0, CHUNKS - 1))
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])  # shrinking over a database is slow
 @given(rows=st.lists(row, max_size=40), rack=st.sampled_from(["r1", "r2"]))
 def test_chunked_recall_equals_one_shot_query(conn, rows, rack):
