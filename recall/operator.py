@@ -132,10 +132,8 @@ class Recall:
     def task_for(self, event: Mapping[str, Any]) -> TaskSpec:
         """A task for ``event`` (a mapping with ``eid``, ``ts`` and the attributes the
         template binds)."""
-        for attr in (self.eid_attr, self.ts_attr):
-            if attr not in event:
-                raise UnknownEventAttribute(f"event {dict(event)!r} has no {attr!r} attribute (Recall {self.name!r})")
-        ts = as_utc(event[self.ts_attr], f"event {event[self.eid_attr]!r} {self.ts_attr}")
+        eid_attr, ts_attr = (self._attr(event, a, d) for a, d in ((self.eid_attr, "eid"), (self.ts_attr, "ts")))
+        ts = as_utc(event[ts_attr], f"event {event[eid_attr]!r} {ts_attr}")
         params: dict[str, Any] = {}
         for p in self.split.params:
             if p == PERIOD_FROM:
@@ -144,18 +142,26 @@ class Recall:
                 params[p] = ts
             elif p not in event:
                 raise UnknownEventAttribute(
-                    f"Recall {self.name!r} binds :{p} but event {event[self.eid_attr]!r} carries only "
+                    f"Recall {self.name!r} binds :{p} but event {event[eid_attr]!r} carries only "
                     f"{', '.join(sorted(map(str, event)))}")
             else:
                 value = event[p]
                 params[p] = [to_py(v) for v in value] if isinstance(value, list | tuple) else to_py(value)
         bound = ts - self.bound if self.bound is not None else None
         return TaskSpec(
-            operator=self.name, eid=str(event[self.eid_attr]), event_ts=ts, query=self.query, params=params,
+            operator=self.name, eid=str(event[eid_attr]), event_ts=ts, query=self.query, params=params,
             bound=bound, tickets=self.tickets,
             feedback_period=self.feedback_period if bound is None else None,
             feedback_timeout=self.feedback_timeout if bound is None else None,
             extra={"period": self.period} if self.period is not None else {})
+
+    def _attr(self, event: Mapping[str, Any], attr: str, default: str) -> str:
+        """The event's key for ``attr``; the engine's events also carry it as ``eid``/``ts``."""
+        if attr in event:
+            return attr
+        if default in event:
+            return default
+        raise UnknownEventAttribute(f"event {dict(event)!r} has no {attr!r} attribute (Recall {self.name!r})")
 
     def start(self, spec: TaskSpec) -> RecallState:
         merge = GroupedMerge(self.split, spec.params) if self.split.aggregated else RowMerge(self.split)

@@ -177,3 +177,11 @@ def test_plain_rows_are_inserted_once_and_not_kept():
     assert [o.seq for o in a + b] == [1, 2, 3] and b[0].covered == Interval(day(5).start, day(6).end)
     assert st_.emitted == {} and st_.merge.rows == []
     assert op.on_end(st_, EndReason.DONE) == []
+
+
+def test_event_id_and_time_columns_by_name_or_as_eid_ts():
+    op = Recall("r", "SELECT count(*) FROM m h WHERE h.sid = :sid", eid_attr="alert_id", ts_attr="at")
+    assert op.task_for({"alert_id": 7, "at": T0, "sid": "s"}).eid == "7"
+    assert op.task_for({"eid": "x", "ts": T0, "sid": "s"}).event_ts == T0
+    with pytest.raises(UnknownEventAttribute, match="alert_id"):
+        op.task_for({"at": T0, "sid": "s"})
