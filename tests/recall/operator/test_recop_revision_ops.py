@@ -203,3 +203,37 @@ def test_join_boundary_prunes_other_stream_but_keeps_the_valid_row():
     assert len(present.other["n1"]) == 1
     with pytest.raises(RevisionError, match="analysis"):
         RevisionJoin("x", "node", analysis="past")
+
+
+steps = st.lists(st.one_of(
+    st.tuples(st.just("left"), st.sampled_from(["k1", "k2", "k3"]),
+              st.one_of(st.none(), st.sampled_from(["n1", "n2"]))),
+    st.tuples(st.just("right"), st.sampled_from(["n1", "n2"]), st.integers(0, 20))), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=steps, analysis=st.sampled_from(["event", "present"]))
+def test_join_output_equals_recomputation(steps, analysis):
+    """Whatever the interleaving of recall revisions and other-stream rows, the applied
+    join outputs equal the join recomputed from the final state of both inputs."""
+    up, j, table = Upstream(), RevisionJoin("j", "node", analysis=analysis), ResultTable()
+    ev_ts = T0 + 10 * MIN
+    right: list[dict] = []
+    for i, (side, a, b) in enumerate(steps):
+        if side == "left":
+            o = up.out("e", a, None if b is None else {"node": b, "i": i}, ev_ts)
+            outs = [] if o is None else j.on_output(o)
+        else:
+            right.append({"node": a, "ts": T0 + b * MIN, "ping": float(i)})
+            outs = j.on_other(right[-1])
+        for o in outs:
+            table.apply(o)
+    want = {}
+    for key, left in up.table.rows("e").items():
+        cands = [(r["ts"], n, r) for n, r in enumerate(right) if r["node"] == left["node"]]
+        if analysis == "event":
+            cands = [c for c in cands if c[0] <= ev_ts]
+        if cands:
+            r = max(cands, key=lambda c: (c[0], c[1]))[2]
+            want[key] = {**left, "other_node": r["node"], "ts": r["ts"], "ping": r["ping"]}
+    assert table.rows("e") == want
