@@ -3,11 +3,12 @@
 A :class:`QueryScorer` holds one new event's context weighted with one frozen
 :class:`~similarity.idf.IdfTable`; :meth:`QueryScorer.score` gives the cosine (exactly
 the formula of :mod:`similarity.idf`) of that context with every row of a
-:class:`~similarity.chunk.ContextChunk`, with scipy sparse algebra and no Python loop
-over events:
+:class:`~similarity.chunk.ContextChunk`, with scipy sparse / numpy array algebra and no
+Python loop over events:
 
-- dot products: only the query's columns of the CSC TF matrix, times
-  ``IDF_k * w_k,query`` (``w_k,past = TF * IDF_k``);
+- dot products: only the new context's columns of the chunk's CSC TF matrix, times
+  ``IDF_k * w_k,query`` (``w_k,past = TF * IDF_k``), one ``np.add.at`` per query term
+  over that column's contiguous slice;
 - norms: ``TF^2 @ IDF^2`` over all columns the chunk has (the *current* IDF, padded for
   columns newer than the table), plus the numeric terms. They depend only on the table,
   so they are remembered on the chunk for the table's ``token``: every event scored
