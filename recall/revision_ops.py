@@ -336,3 +336,45 @@ class RevisionJoin(_RevisionOperator):
 
     def state_size(self) -> int:
         return super().state_size() + sum(len(r) for r in self.other.values())
+
+
+class Chain:
+    """Downstream operators in sequence (a Recall's output -> op1 -> op2 ...), with the
+    same verbs: ``on_output`` feeds the first operator, ``on_other(name, row)`` feeds
+    the named join's other stream; outputs flow through the operators after it.
+
+    >>> from datetime import UTC, datetime
+    >>> t = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> c = Chain(RevisionAggregate("n", ("node",), {"k": ("count", None)}), RevisionFilter("two", lambda r: r["k"] >= 2))
+    >>> _ = c.on_output(Output("r", "e", t, OutputKind.INSERT, 1, "p1", {"node": "a"}, None))
+    >>> [(o.operator, o.kind.value, o.row) for o in c.on_output(Output("r", "e", t, OutputKind.INSERT, 2, "p2",
+    ...                                                                  {"node": "a"}, None))]
+    [('two', 'insert', {'node': 'a', 'k': 2})]
+    """
+
+    def __init__(self, *ops: _RevisionOperator) -> None:
+        if not ops:
+            raise RevisionError("a chain needs at least one operator")
+        names = [o.name for o in ops]
+        if len(set(names)) != len(names):
+            raise RevisionError(f"operator names in a chain must be unique, got {names}")
+        self.ops = ops
+
+    def on_output(self, out: Output) -> list[Output]:
+        return self._through([out], 0)
+
+    def on_other(self, name: str, row: Row) -> list[Output]:
+        for i, op in enumerate(self.ops):
+            if op.name == name:
+                if not isinstance(op, RevisionJoin):
+                    raise RevisionError(f"operator {name!r} is not a join; it has no other stream")
+                return self._through(op.on_other(row), i + 1)
+        raise RevisionError(f"no operator named {name!r} in the chain ({[o.name for o in self.ops]})")
+
+    def _through(self, outs: list[Output], start: int) -> list[Output]:
+        for op in self.ops[start:]:
+            outs = [o2 for o in outs for o2 in op.on_output(o)]
+        return outs
+
+    def state_size(self) -> int:
+        return sum(o.state_size() for o in self.ops)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from recall.api import Output
 from recall.operator import Recall
-from recall.revision_ops import ResultTable, RevisionAggregate, RevisionFilter, RevisionJoin
+from recall.revision_ops import Chain, ResultTable, RevisionAggregate, RevisionFilter, RevisionJoin
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -75,6 +75,7 @@ class Pipeline:
         self.light = RevisionFilter("light", lambda r: r["worst"] < HEAVY)
         self.ping = RevisionJoin("ping", "node", analysis=analysis)
         self.near = RevisionFilter("near", lambda r: r["ping"] < 20.0)
+        self.chain = Chain(self.worst, self.light, self.ping, self.near)
         self.candidates = ResultTable()
         self.recalled = ResultTable()
         self.history: list[Output] = []  # every recall output, in order
@@ -84,18 +85,15 @@ class Pipeline:
         with self._lock:
             self.history.append(out)
             self.recalled.apply(out)
-            for a in self.worst.on_output(out):
-                for b in self.light.on_output(a):
-                    self._joined(self.ping.on_output(b))
+            self._apply(self.chain.on_output(out))
 
     def on_ping(self, row: dict) -> None:
         with self._lock:
-            self._joined(self.ping.on_other(row))
+            self._apply(self.chain.on_other("ping", row))
 
-    def _joined(self, outs: list[Output]) -> None:
-        for o in outs:
-            for c in self.near.on_output(o):
-                self.candidates.apply(c)
+    def _apply(self, outs: list[Output]) -> None:
+        for c in outs:
+            self.candidates.apply(c)
 
     def final(self, eid: str = "overload-n0") -> dict[str, float]:
         with self._lock:

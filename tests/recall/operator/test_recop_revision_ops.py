@@ -237,3 +237,24 @@ def test_join_output_equals_recomputation(steps, analysis):
             r = max(cands, key=lambda c: (c[0], c[1]))[2]
             want[key] = {**left, "other_node": r["node"], "ts": r["ts"], "ping": r["ping"]}
     assert table.rows("e") == want
+
+
+def test_chain_routes_other_stream_rows_and_rejects_misuse():
+    from recall.revision_ops import Chain
+
+    f = RevisionFilter("f", lambda r: r.get("ping", 0) < 10)
+    c = Chain(RevisionJoin("j", "node", analysis="present"), f)
+    up = Upstream()
+    assert c.on_output(up.out("e", "k", {"node": "n1"})) == []  # nothing to join with yet
+    [o] = c.on_other("j", _ping("n1", 1, 5.0))
+    assert (o.operator, o.kind, o.row["ping"]) == ("f", OutputKind.INSERT, 5.0)
+    [o] = c.on_other("j", _ping("n1", 2, 50.0))
+    assert (o.operator, o.kind) == ("f", OutputKind.DELETE)
+    [b] = c.on_output(up.boundary("e"))
+    assert b.kind is OutputKind.BOUNDARY and c.state_size() == 1  # the present ping only
+    with pytest.raises(RevisionError, match="not a join"):
+        c.on_other("f", {})
+    with pytest.raises(RevisionError, match="no operator"):
+        c.on_other("x", {})
+    with pytest.raises(RevisionError, match="unique"):
+        Chain(f, f)
