@@ -135,6 +135,7 @@ class AppendResult:
     dead_letters: int
     duplicate: bool
     chunks: tuple[int, ...]
+    max_ts: datetime | None = None  # newest event time in the batch's archived rows
 
 
 class ChunkStore(ABC):

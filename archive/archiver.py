@@ -186,8 +186,9 @@ class Archiver(ChunkStore):
                 execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
                                [(stream, batch_id, json.dumps(d.row), d.reason) for d in dead])
         self._mirror(spec, good, chunk_ids, tiers_now, bulk)
+        newest = good[spec.ts_col].max().to_pydatetime() if len(good) else None
         return AppendResult(stream, batch_id, len(good), sum(late_per_chunk.values()), len(dead), False,
-                            tuple(touched))
+                            tuple(touched), newest)
 
     def _ensure_chunks(self, cur, spec: StreamSpec, chunk_ids: list[int], bulk: bool) -> dict[int, Tier]:
         """Create missing partitions and catalog rows; return every touched chunk's tier."""

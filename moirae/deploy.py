@@ -25,6 +25,7 @@ from moirae.context import compute_context, context_tuples
 from moirae.events import EventLog, EventRecord
 from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
 from moirae.live import EventFlow
+from moirae.materialize import ReplicaOperator, raw_chunks, replica_event
 from recall.api import OutputKind
 from recall.manager import RecallManager
 from recall.operator import Recall
@@ -53,6 +54,7 @@ class DeployManager:
         self.flows: dict[str, EventFlow] = {}
         self.contexts: dict[str, list[ContextQuery]] = {}
         self.operators: dict[str, list[str]] = {}
+        self.ops: dict[str, Any] = {}
         self.alert_latencies: list[float] = []
         self._lock = threading.Lock()
 
@@ -68,9 +70,25 @@ class DeployManager:
         self.event_queries[name] = q
         self.flows[name] = flow
         self.operators.setdefault(name, [])
+        self.manager.register(ReplicaOperator(self.engine, name))
         if self.engine.started:
             self._start_flow(flow)
+            self.materialize_recent(name)
         return q
+
+    def materialize_recent(self, name: str) -> str | None:
+        """Submit the low-priority replica task re-creating ``name``'s present and recent
+        history (M 4.2); None when there is no raw history yet."""
+        if not raw_chunks(self.engine, name):
+            return None
+        return self.manager.submit(replica_event(name), [f"replica_{name}"])[0]
+
+    def on_materialized_context(self, name: str, cq: ContextQuery, frame: pd.DataFrame) -> None:
+        """Materialized past contexts update the similarity statistics (M 3.5)."""
+        for op_name in self.operators.get(name, []):
+            learn = getattr(self.ops.get(op_name), "learn_contexts", None)
+            if learn is not None and not cq.surrounding:
+                learn(frame)
 
     def context_query(self, event: str, fn, inputs, name: str | None = None, window: timedelta | str = "5m",
                       surrounding: bool = False) -> ContextQuery:
@@ -97,6 +115,7 @@ class DeployManager:
         op = Recall(name, sql, store=self.engine.archiver, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
         self.manager.register(op)
         self.operators[event].append(name)
+        self.ops[name] = op
         return op
 
     def similarity_recall(self, event: str, k: int | None = None, name: str | None = None, **kwargs: Any):
@@ -110,6 +129,7 @@ class DeployManager:
                               k=k or self.engine.settings.similarity.k, **kwargs)
         self.manager.register(op)
         self.operators[event].append(name)
+        self.ops[name] = op
         return op
 
     def _need_event(self, event: str, what: str) -> None:
@@ -120,8 +140,9 @@ class DeployManager:
     # -- running ---------------------------------------------------------------------
 
     def start(self) -> None:
-        for flow in self.flows.values():
+        for name, flow in self.flows.items():
             self._start_flow(flow)
+            self.materialize_recent(name)
         for record in self.events.open_events():  # resume recall of events left open
             names = self.operators.get(record.event, [])
             if names:
@@ -144,6 +165,9 @@ class DeployManager:
     def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
         """New events from a live batch: contexts, the event log, recall submission."""
         q = flow.query
+        # Contexts and history-queries must see every source tuple up to the events.
+        trigger = self.engine.settings.spark.trigger.total_seconds()
+        self.engine.wait_archived(q.inputs, frame[q.ts].max().to_pydatetime(), timeout=5 * trigger + 2)
         contexts = {}
         ev_spec = self.engine.archiver.stream(flow.stream)
         for cq in self.contexts.get(q.name, []):

@@ -58,6 +58,8 @@ class Engine:
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
         self.started = False
+        self._archived_upto: dict[str, datetime] = {}
+        self._archived_cond = threading.Condition()
         self.deploy = DeployManager(self)
 
     @classmethod
@@ -101,7 +103,8 @@ class Engine:
     def _start_source(self, src: _Source) -> None:
         trigger = f"{int(self.settings.spark.trigger.total_seconds() * 1000)} milliseconds"
         src.query = (src.df.writeStream.queryName(f"archive_{src.name}")
-                     .foreachBatch(archive_batches(self.archiver, src.name))
+                     .foreachBatch(archive_batches(self.archiver, src.name,
+                                                   on_batch=lambda res, _df, n=src.name: self._archived(n, res)))
                      .option("checkpointLocation", str(self.checkpoint_dir(src.name)))
                      .trigger(processingTime=trigger).start())
 
@@ -138,6 +141,26 @@ class Engine:
 
     def _on_events(self, flow, frame, batch_id: int, replay: bool) -> None:
         self.deploy.on_events(flow, frame, batch_id, replay)
+
+    def _archived(self, name: str, result) -> None:
+        if result.max_ts is None:
+            return
+        with self._archived_cond:
+            prev = self._archived_upto.get(name)
+            if prev is None or result.max_ts > prev:
+                self._archived_upto[name] = result.max_ts
+            self._archived_cond.notify_all()
+
+    def wait_archived(self, streams, ts: datetime, timeout: float) -> bool:
+        """Block until every source in ``streams`` has archived data up to ``ts`` (so a
+        history-query for an event at ``ts`` sees all of it), or ``timeout`` passes."""
+        live = [s for s in streams if s in self._sources and self._sources[s].query is not None]
+
+        def ready() -> bool:
+            return all(self._archived_upto.get(s) is not None and self._archived_upto[s] >= ts for s in live)
+
+        with self._archived_cond:
+            return self._archived_cond.wait_for(ready, timeout)
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -1,0 +1,86 @@
+"""Materialized history of intermediate streams (M 4.2): rows a replica computed from
+raw chunks, written so that re-running never duplicates them.
+
+A replica's rows carry ``_batch = MATERIALIZED`` (live micro-batches have ids >= 0).
+:func:`replace_materialization` swaps one chunk's replica rows for a new set in one
+transaction, skips rows whose key the live query already archived, and records the tag
+on the raw chunks it was computed from, in the chunk catalog. So a re-run replaces, an
+interrupted run leaves each chunk either wholly old or wholly new, and ``--resume``
+knows which raw chunks are done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from archive.copy import copy_csv, frame_to_csv
+from archive.ids import source_ids
+from archive.names import partition_name, quote
+from archive.types import ColumnType
+from archive.validate import split_batch
+from scheduler.errors import MoiraeError
+
+MATERIALIZED = -1
+
+
+class MaterializationError(MoiraeError, ValueError):
+    """Replica output that does not fit its stream or its chunk."""
+
+
+def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFrame, key: str | None,
+                            sources: Iterable[tuple[str, int]], tag: str) -> int:
+    """Replace the replica rows of ``stream``'s chunk ``chunk_id`` with ``frame``.
+
+    Rows must lie inside the chunk. ``key`` (e.g. the event id column) names rows the
+    live query may already have archived; those are not written again. ``sources`` are
+    the raw ``(stream, chunk_id)`` the rows were computed from; each gets ``tag`` in its
+    catalog ``materialized`` list. Returns the number of rows written.
+    """
+    spec = arch.stream(stream)
+    good, dead = split_batch(frame, spec.ts_col, spec.columns, stream)
+    if dead:
+        raise MaterializationError(f"replica output for {stream!r} chunk {chunk_id} has a malformed row: "
+                                   f"{dead[0].reason} ({dead[0].row})")
+    if len(good):
+        us = good[spec.ts_col].astype("int64").to_numpy()
+        outside = np.floor_divide(us, arch.grid.span_us) != chunk_id
+        if outside.any():
+            bad = good[spec.ts_col][outside].iloc[0]
+            raise MaterializationError(f"replica output for {stream!r} chunk {chunk_id} has a row at {bad}, "
+                                       "outside the chunk")
+        good["_sid"] = source_ids(stream, good, spec.id_columns)
+        good["_batch"] = np.int64(MATERIALIZED)
+    part = quote(partition_name(stream, chunk_id))
+    with arch._conn() as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stream, int(chunk_id) & 0x7FFFFFFF))
+        exists = arch._has_partition(cur, stream, chunk_id)
+        deleted = 0
+        if exists:
+            cur.execute(f"DELETE FROM {part} WHERE _batch = %s", (MATERIALIZED,))
+            deleted = cur.rowcount
+            if key is not None and len(good):
+                cur.execute(f"SELECT DISTINCT {quote(key)}::text FROM {part}")
+                live = {r[0] for r in cur.fetchall()}
+                good = good[~good[key].astype(str).isin(live)]
+        if len(good):
+            if not exists:
+                arch._ensure_chunks(cur, spec, [chunk_id], True)
+            cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
+            types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+            copy_csv(cur, stream, cols, frame_to_csv(good, types))
+        if exists or len(good):
+            cur.execute("UPDATE moirae_chunks SET rows = rows - %s + %s WHERE stream = %s AND chunk_id = %s",
+                        (deleted, len(good), stream, chunk_id))
+        for src, cid in sources:
+            cur.execute("UPDATE moirae_chunks SET materialized = ARRAY(SELECT DISTINCT unnest(materialized || %s)) "
+                        "WHERE stream = %s AND chunk_id = %s", ([tag], src, cid))
+    arch.present.invalidate(stream, chunk_id)
+    return len(good)
+
+
+def materialized_chunks(arch, stream: str, tag: str) -> set[int]:
+    """Raw chunks of ``stream`` whose catalog row carries ``tag``."""
+    return {c.chunk_id for c in arch.chunks(stream) if tag in c.materialized}

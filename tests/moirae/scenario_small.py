@@ -1,0 +1,50 @@
+"""A small fixed scenario for end-to-end tests: three servers' bandwidth, history in
+bulk plus a live part in CSV files, and the bandwidth-overload event-query (M fig. 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import functions as F
+
+SCHEMA = "ts timestamp, sid string, bw double"
+THRESHOLD = 80.0
+WINDOW = "5 minutes"
+
+
+def history(n: int = 1440, seed: int = 1) -> pd.DataFrame:
+    """Four hours of 10-second readings from three servers, with planted overloads."""
+    ts = pd.date_range("2024-03-01", periods=n, freq="10s", tz="UTC")
+    rng = np.random.default_rng(seed)
+    bw = rng.normal(50, 8, n)
+    sid = np.array([f"s{i % 3}" for i in range(n)])
+    hot = (ts.hour == 1) & (sid == "s1") | (ts.hour == 3) & (ts.minute < 10) & (sid == "s2")
+    bw[hot] += 45
+    return pd.DataFrame({"ts": ts, "sid": sid, "bw": bw})
+
+
+def live(parts: int = 4, per_part: int = 60) -> list[pd.DataFrame]:
+    """Live readings after the history; s0 overloads in the second part."""
+    ts = pd.date_range("2024-03-01 04:00", periods=parts * per_part, freq="10s", tz="UTC")
+    sid = np.array([f"s{i % 3}" for i in range(len(ts))])
+    bw = np.full(len(ts), 50.0) + np.arange(len(ts)) % 7
+    bw[(sid == "s0") & (np.arange(len(ts)) // per_part == 1)] = 97.0
+    df = pd.DataFrame({"ts": ts, "sid": sid, "bw": bw})
+    return [df.iloc[i * per_part:(i + 1) * per_part] for i in range(parts)]
+
+
+def overload(metrics):
+    """M fig. 1: a server's 5-minute average bandwidth above the threshold."""
+    w = metrics.window(WINDOW, keys=["sid"], aggs=[F.avg("bw").alias("avg_bw")], ts_out="ts")
+    return (w.filter(F.col("avg_bw") > THRESHOLD)
+             .with_column("eid", F.concat_ws(":", F.lit("ov"), F.col("sid"), F.date_format("ts", "yyyyMMddHHmmss"))))
+
+
+def expected_events(frame: pd.DataFrame) -> set[str]:
+    """The same event-query computed by hand with pandas."""
+    f = frame.copy()
+    f["win"] = f["ts"].dt.floor("5min")
+    g = f.groupby(["sid", "win"])["bw"].mean().reset_index()
+    g = g[g["bw"] > THRESHOLD]
+    end = g["win"] + pd.Timedelta(minutes=5) - pd.Timedelta(microseconds=1)
+    return {f"ov:{s}:{t.strftime('%Y%m%d%H%M%S')}" for s, t in zip(g["sid"], end, strict=True)}
