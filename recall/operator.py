@@ -34,11 +34,12 @@ from typing import Any
 
 import pandas as pd
 import sqlglot
+from sqlglot import exp
 
 from archive.abc import ChunkStore, HistoryQuery
 from recall.aggregate import GroupedMerge, Row, RowMerge, to_py
 from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
-from recall.split import DIALECT, BadTemplate, SplitQuery, UnknownEventAttribute, split_template
+from recall.split import DIALECT, BadTemplate, SplitQuery, UnknownEventAttribute, parse_select, split_template
 
 PERIOD_FROM, PERIOD_TO = "moirae_from", "moirae_to"
 
@@ -59,6 +60,20 @@ def union(a: Interval | None, b: Interval) -> Interval:
     if a is None:
         return b
     return Interval(min(a.start, b.start), max(a.end, b.end))
+
+
+def _default_time_column(sql: str, store: Any) -> str | None:
+    """``alias.ts_col`` of the one stream ``sql`` reads, if the store can tell."""
+    if store is None or not hasattr(store, "stream"):
+        return None
+    tables = list(parse_select(sql).find_all(exp.Table))
+    if len({t.name for t in tables}) != 1:
+        return None
+    try:
+        ts_col = store.stream(tables[0].name).ts_col
+    except Exception:  # an unknown stream: store.prepare will say so
+        return None
+    return f"{tables[0].alias_or_name}.{ts_col}"
 
 
 @dataclass
@@ -86,7 +101,8 @@ class Recall:
     ``sql`` is the history-query template (``:attr`` or ``e.attr`` bind event
     attributes). ``period`` asks for a time period before the event; it makes sums and
     counts extrapolated (M 4.5.1) and, with ``time_column`` (e.g. ``"h.ts"``), restricts
-    rows to ``[event_ts - period, event_ts)``. ``bound`` (defaults to ``period``) is how
+    rows to ``[event_ts - period, event_ts)``; when the template reads one stream of an
+    Archiver, its event-time column is used by default. ``bound`` (defaults to ``period``) is how
     far back the task reads; without either the task is unbounded and suspends every
     ``feedback_period`` chunks (M 4.4). With a ``store`` the chunk query is validated by
     ``store.prepare``; without one (tests) a :class:`HistoryQuery` is built directly.
@@ -118,6 +134,9 @@ class Recall:
         self.tickets, self.feedback_period, self.feedback_timeout = tickets, feedback_period, feedback_timeout
         self.eid_attr, self.ts_attr, self.extrapolate = eid_attr, ts_attr, extrapolate
         extra = None
+        if period is not None and time_column is None:
+            time_column = _default_time_column(sql, store)
+        self.time_column = time_column
         self.time_filtered = period is not None and time_column is not None
         if self.time_filtered:
             extra = sqlglot.parse_one(f"{time_column} >= :{PERIOD_FROM} AND {time_column} < :{PERIOD_TO}",

@@ -145,7 +145,8 @@ def test_paper_template_over_the_archiver(pg):
         arch.append("history", 0, frame, bulk=True)
         event = {"eid": "e", "ts": T0 + timedelta(days=14), "sid": "b"}
         op = Recall("norm", "SELECT h.sid, avg(h.bw) AS mean, stddev(h.bw) AS sd, count(*) AS n FROM History h "
-                    "GROUP BY h.sid HAVING h.sid = e.sid", store=arch, period=timedelta(days=7), time_column="h.ts")
+                    "GROUP BY h.sid HAVING h.sid = e.sid", store=arch, period=timedelta(days=7))
+        assert op.time_column == "h.ts" and "h.ts >= :moirae_from" in op.split.chunk_sql  # from the Archiver
         spec = op.task_for(event)
         assert spec.query.streams == ("history",)
         state, table = op.start(spec), ResultTable()
