@@ -61,7 +61,7 @@ class Incident:
 
 
 def _utc(ns: np.ndarray) -> pd.DatetimeIndex:
-    return pd.to_datetime(np.asarray(ns, dtype="int64"), unit="ns", utc=True)
+    return pd.DatetimeIndex(np.asarray(ns, dtype="int64").view("datetime64[ns]")).tz_localize("UTC")
 
 
 class ClusterScenario:
@@ -189,27 +189,27 @@ class ClusterScenario:
         times = t0 + np.arange(cfg.block_ns // step, dtype="int64") * step
         rng = self._rng(block, stream)
         present = rng.random((cfg.servers, len(names))) < probs[None, :]
+        # Work on integer codes: vocabulary sorted by name, so code order is name order.
+        planted = {v for inc in incidents
+                   for v in (cfg.causes[inc.cause].users if stream == "users" else cfg.causes[inc.cause].procs)}
+        vocab = np.array(sorted(set(names) | planted), dtype=object)
+        code = {v: i for i, v in enumerate(vocab)}
+        pool_codes = np.array([code[n] for n in names], dtype="int64")
         s_idx, v_idx = np.nonzero(present)
-        n_t = len(times)
-        ts = np.repeat(times, len(s_idx))
-        sid = np.tile(self.sids[s_idx], n_t)
-        val = np.tile(np.array(names, dtype=object)[v_idx] if names else np.array([], dtype=object), n_t)
-        extra_ts, extra_sid, extra_val = [ts], [sid], [val]
+        n_t, n_s, n_v = len(times), cfg.servers, len(vocab)
+        keys = [(np.arange(n_t, dtype="int64")[:, None] * n_s + s_idx[None, :]) * n_v + pool_codes[v_idx][None, :]]
+        sid_index = {s: i for i, s in enumerate(self.sids)}
         for inc in incidents:  # the cause's values are on the server around the incident
             cause = cfg.causes[inc.cause]
-            planted = cause.users if stream == "users" else cause.procs
-            window = times[(times >= inc.context_from_ns) & (times < inc.end_ns)]
-            if planted and len(window):
-                extra_ts.append(np.repeat(window, len(planted)))
-                extra_sid.append(np.full(len(window) * len(planted), inc.sid, dtype=object))
-                extra_val.append(np.tile(np.array(planted, dtype=object), len(window)))
-        df = pd.DataFrame({"ts": np.concatenate(extra_ts), "sid": np.concatenate(extra_sid),
-                           col: np.concatenate(extra_val)})
-        if len(extra_ts) > 1:
-            df = df.drop_duplicates(ignore_index=True)
-        df = df.sort_values(["ts", "sid", col], kind="stable", ignore_index=True)
-        df["ts"] = _utc(df["ts"].to_numpy(dtype="int64"))
-        return df
+            values = cause.users if stream == "users" else cause.procs
+            t_sel = np.flatnonzero((times >= inc.context_from_ns) & (times < inc.end_ns))
+            if values and len(t_sel):
+                vc = np.array([code[v] for v in values], dtype="int64")
+                keys.append((t_sel[:, None] * n_s + sid_index[inc.sid]) * n_v + vc[None, :])
+        flat = np.concatenate([k.ravel() for k in keys])
+        flat = np.unique(flat) if len(keys) > 1 else np.sort(flat)  # sorted by (ts, sid, value)
+        v, rest = flat % n_v, flat // n_v
+        return pd.DataFrame({"ts": _utc(times[rest // n_s]), "sid": self.sids[rest % n_s], col: vocab[v]})
 
     def _incident_rows(self, incidents: list[Incident]) -> pd.DataFrame:
         causes = self.config.causes
