@@ -19,6 +19,7 @@ import pandas as pd
 import xxhash
 
 from archive.types import ColumnType
+from archive.xxh64 import hash4, hash8, hash_coded
 
 SEED = 42
 _U64 = 1 << 64
@@ -51,8 +52,39 @@ def source_ids(stream: str, frame: pd.DataFrame, columns: Sequence[tuple[str, Co
     """Spark-compatible ``xxhash64(stream, *columns)`` of every row, as int64.
 
     ``columns`` is the event-time column first, then the payload in schema order; the
-    frame's values must already be coerced to their types.
+    frame's values must already be coerced to their types. Vectorised (archive/xxh64.py);
+    :func:`source_ids_reference` is the row-by-row definition it is tested against.
     """
+    n = len(frame)
+    h = np.full(n, xxhash.xxh64_intdigest(stream.encode("utf-8"), SEED), dtype=np.uint64)
+    for name, ctype in columns:
+        s = frame[name]
+        null = s.isna().to_numpy()
+        if null.all():
+            continue
+        if ctype is ColumnType.TEXT:
+            codes, uniques = pd.factorize(s.astype(object).where(~null, ""), use_na_sentinel=False)
+            hashed = hash_coded(codes.astype(np.int64), [str(u).encode("utf-8") for u in uniques], h)
+        elif ctype is ColumnType.BOOLEAN:
+            hashed = hash4(s.fillna(False).astype(bool).to_numpy().astype(np.uint32), h)
+        elif ctype is ColumnType.DOUBLE:
+            d = s.astype("float64").to_numpy(na_value=0.0).copy()
+            d[d == 0.0] = 0.0  # fold -0.0 into 0.0, as Spark does
+            bits = d.view(np.uint64).copy()
+            bits[np.isnan(d)] = np.uint64(0x7FF8000000000000)  # Java's canonical NaN
+            hashed = hash8(bits, h)
+        elif ctype is ColumnType.TIMESTAMPTZ:
+            ts = pd.to_datetime(s, utc=True).astype("datetime64[us, UTC]")
+            hashed = hash8(ts.to_numpy(dtype="datetime64[us]", na_value=np.datetime64(0, "us")).view(np.int64)
+                           .view(np.uint64), h)
+        else:
+            hashed = hash8(s.astype("Int64").to_numpy(dtype=np.int64, na_value=0).view(np.uint64), h)
+        h = np.where(null, h, hashed)
+    return h.view(np.int64)
+
+
+def source_ids_reference(stream: str, frame: pd.DataFrame, columns: Sequence[tuple[str, ColumnType]]) -> np.ndarray:
+    """The same ids, one row and one C call at a time: the definition, kept as the oracle."""
     stream_seed = xxhash.xxh64_intdigest(stream.encode("utf-8"), SEED)
     cols = []
     for name, ctype in columns:
