@@ -1,27 +1,48 @@
 """``moirae cancel`` / ``moirae accelerate`` against a served engine (uvicorn on a free
-loopback port), and with nothing listening."""
+loopback port), and with nothing listening. The commands run in-process through
+``moirae.cli.main`` (the same code as the console script), except one real subprocess
+that checks the exit status; one PostgreSQL backend suffices (the HTTP contract runs on
+both in test_api_steer)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from api_helpers import add_event, free_port, suspended, wait_for
 
 from moirae.api import serve
+from moirae.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.postgres
+EMBEDDED = pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)
 
 
-def run_cli(*args, env_extra=None):
-    env = {k: v for k, v in os.environ.items() if k != "MOIRAE_API_TOKEN"}
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "moirae.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=60, env=env)
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    def run(*args, env_extra=None):
+        monkeypatch.delenv("MOIRAE_API_TOKEN", raising=False)
+        for k, v in (env_extra or {}).items():
+            monkeypatch.setenv(k, v)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse errors
+            code = exc.code
+        out = capsys.readouterr()
+        return Result(code, out.out, out.err)
+    return run
 
 
 def _config(tmp_path, port, token=""):
@@ -30,7 +51,9 @@ def _config(tmp_path, port, token=""):
     return str(f)
 
 
-def test_cli_accelerates_and_cancels_through_the_api(engine, tmp_path):
+@pytest.mark.postgres
+@EMBEDDED
+def test_cli_accelerates_and_cancels_through_the_api(engine, tmp_path, run_cli):
     for i, eid in enumerate(("ev:1", "ev:2")):
         add_event(engine, eid, 170 - i)
     wait_for(lambda: suspended(engine, "ev:1") and suspended(engine, "ev:2"), what="suspended")
@@ -56,7 +79,9 @@ def test_cli_accelerates_and_cancels_through_the_api(engine, tmp_path):
                                                    "no event 'nope' in the event log"]
 
 
-def test_cli_sends_the_token_from_config_or_environment(engine, tmp_path):
+@pytest.mark.postgres
+@EMBEDDED
+def test_cli_sends_the_token_from_config_or_environment(engine, tmp_path, run_cli):
     add_event(engine, "a", 170)
     wait_for(lambda: suspended(engine, "a"), what="suspended")
     with serve(engine, host="127.0.0.1", port=0, token="tok") as server:
@@ -69,13 +94,22 @@ def test_cli_sends_the_token_from_config_or_environment(engine, tmp_path):
 
 
 @pytest.mark.parametrize("args", [("cancel", "e1"), ("accelerate", "e1", "--tickets", "5")])
-def test_no_engine_running_is_one_line_and_nonzero(tmp_path, args):
+def test_no_engine_running_is_one_line_and_nonzero(tmp_path, args, run_cli):
     res = run_cli(*args, "--config", _config(tmp_path, free_port()))
-    assert res.returncode == 1
+    assert res.returncode == 1 and res.stdout == ""
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith("moirae: error: no engine is running") and "connection refused" in line
 
 
-def test_bad_tickets_argument_is_rejected_before_calling(tmp_path):
+def test_no_engine_running_as_a_real_process(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MOIRAE_API_TOKEN"}
+    res = subprocess.run([sys.executable, "-m", "moirae.cli", "cancel", "e1", "--config",
+                          _config(tmp_path, free_port())], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env=env)
+    assert res.returncode == 1
+    assert len(res.stderr.strip().splitlines()) == 1 and "no engine is running" in res.stderr
+
+
+def test_bad_tickets_argument_is_rejected_before_calling(tmp_path, run_cli):
     res = run_cli("accelerate", "e1", "--tickets", "0", "--config", _config(tmp_path, free_port()))
     assert res.returncode == 2 and "tickets must be a positive integer" in res.stderr

@@ -73,6 +73,7 @@ def test_tail_publishes_rows_written_by_another_engine(engine):
         ro.close()
 
 
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # a subprocess: one backend is enough
 def test_console_command_serves_the_api_read_only(engine, tmp_path):
     add_event(engine, "ev1", 170, submit=False)
     s = engine.settings
