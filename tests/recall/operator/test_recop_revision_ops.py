@@ -130,7 +130,7 @@ def _from_scratch(rows: dict) -> dict:
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(acts=actions)
 def test_filter_then_aggregate_equals_recomputation(acts):
     up = Upstream()
@@ -211,7 +211,7 @@ steps = st.lists(st.one_of(
     st.tuples(st.just("right"), st.sampled_from(["n1", "n2"]), st.integers(0, 20))), max_size=40)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(steps=steps, analysis=st.sampled_from(["event", "present"]))
 def test_join_output_equals_recomputation(steps, analysis):
     """Whatever the interleaving of recall revisions and other-stream rows, the applied
