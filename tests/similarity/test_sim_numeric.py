@@ -128,3 +128,23 @@ def test_numeric_and_categorical_terms_mix_as_documented():
     assert cosine(q, p, t) == pytest.approx(want, rel=1e-12)
     chunk = ContextChunk.from_contexts([0], [0], [[{"host": "h1"}, {"temp": 21.5}]], s)
     assert QueryScorer(t, q).score(chunk).scores[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_several_values_of_one_numeric_attribute_follow_the_documented_formula():
+    """Every pair of values meets through the kernel in the numerator; the norms hold
+    only the squared weights (similarity.idf), so close distinct values can exceed 1."""
+    cfg = SimilarityConfig(numeric={"temp": NumericSpec(bandwidth=1.0)})
+    s = ContextStatistics(cfg)
+    s.learn_many([[{"temp": float(v)}] for v in np.linspace(0, 50, 200)])
+    t = s.table()
+    a = t.bag([{"temp": 10.0}, {"temp": 10.2}])
+    b = t.bag([{"temp": 10.1}, {"temp": 30.0}])
+    idf = t.numeric["temp"].idf
+    wa, wb = idf(np.array([10.0, 10.2])), idf(np.array([10.1, 30.0]))
+    kern = np.exp(-0.5 * (np.array([[10.0], [10.2]]) - np.array([[10.1, 30.0]])) ** 2)
+    want = float(wa @ kern @ wb) / (float(np.linalg.norm(wa)) * float(np.linalg.norm(wb)))
+    assert cosine(a, b, t) == pytest.approx(want, rel=1e-12)
+    chunk = ContextChunk.from_contexts([1], [1], [[{"temp": 10.1}, {"temp": 30.0}]], s)
+    assert QueryScorer(t, a).score(chunk).scores[0] == pytest.approx(want, rel=1e-12)
+    twins = t.bag([{"temp": 10.0}, {"temp": 10.05}])
+    assert cosine(twins, twins, t) > 1.0

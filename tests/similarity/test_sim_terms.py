@@ -108,3 +108,16 @@ def test_a_bag_with_an_undeclared_numeric_attribute_is_refused_before_counting()
     with pytest.raises(SimilarityError, match="'load'"):
         s.learn_many([ContextBag(terms={"u=a": 1}), ContextBag(numeric={"load": {1.0: 1}})])
     assert s.events == 0 and s.doc_freq("u=a") == 0
+
+
+def test_chunk_inputs_are_checked():
+    import scipy.sparse as sp
+
+    from similarity import SimilarityError
+
+    with pytest.raises(SimilarityError, match="2 rows for 3 eids"):
+        ContextChunk.from_tf([1, 2, 3], [1, 2, 3], sp.csr_matrix((2, 4)))
+    with pytest.raises(SimilarityError, match="timestamps"):
+        ContextChunk.from_tf([1], ["yesterday"], sp.csr_matrix((1, 4)))
+    with pytest.raises(SimilarityError, match="differ in length"):
+        ContextChunk.from_contexts([1, 2], [1], [[{"u": "a"}], [{"u": "b"}]], ContextStatistics())
