@@ -7,6 +7,26 @@
 - :class:`QueryScorer`: a new context scored against chunks, vectorised;
 - :class:`TopK`: the best k across chunks, with inserted / displaced reports;
 - :func:`search` / :func:`brute_force`: one-call versions.
+
+How a Similarity Recall operator uses it (one ``ContextStatistics`` per event type;
+per new event one ``QueryScorer`` and one ``TopK``; chunks newest first):
+
+>>> stats = ContextStatistics(SimilarityConfig(numeric={"load": NumericSpec()}), "overload")
+>>> past = [[{"user": "u1"}, {"proc": "p1"}, {"load": 0.9}],
+...         [{"user": "u2"}, {"proc": "p2"}, {"load": 0.2}],
+...         [{"user": "u2"}, {"proc": "p1"}, {"load": 0.8}]]
+>>> stats.learn_many(past)
+>>> chunk = ContextChunk.from_contexts(["e1", "e2", "e3"], [1.0, 2.0, 3.0], past, stats)
+>>> new = [{"user": "u2"}, {"proc": "p1"}, {"load": 0.85}]
+>>> stats.learn_one(new)                      # M 3.5: count the new event first
+>>> scorer = QueryScorer(stats.table(), new)  # one frozen IDF table for the whole task
+>>> top = TopK(2)
+>>> inserted, displaced = top.offer(scorer.score(chunk))   # per chunk, as it arrives
+>>> [n.eid for n in inserted], displaced
+(['e3', 'e1'], ())
+>>> saved = stats.snapshot()                  # JSON-able; persist, then after a restart:
+>>> ContextStatistics.restore(saved).events
+4
 """
 
 from similarity.chunk import ContextChunk, NumericEntries
