@@ -233,7 +233,7 @@ class ClusterScenario:
             parts = [self.block_frames(b)[stream] for b in blocks]
             df = pd.concat(parts, ignore_index=True) if parts else self.block_frames(0)[stream].iloc[:0]
             ns = df["ts"].to_numpy(dtype="datetime64[ns]").view("int64")
-            if len(parts) and (ns[0] < a_ns or ns[-1] >= b_ns):
+            if len(ns) and (ns[0] < a_ns or ns[-1] >= b_ns):
                 df = df[(ns >= a_ns) & (ns < b_ns)].reset_index(drop=True)
             out[stream] = df
         return out
