@@ -62,7 +62,7 @@ class ContextChunk:
     tf_sq: sp.csr_matrix
     """TF squared, row-major: the norms are a gather mat-vec over all of it."""
     numeric: Mapping[str, NumericEntries] = field(default_factory=dict)
-    _memo: list = field(default_factory=lambda: [None], compare=False, repr=False)
+    _memo: list = field(default_factory=lambda: [None], init=False, compare=False, repr=False)
 
     @property
     def n(self) -> int:
