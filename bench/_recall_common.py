@@ -35,14 +35,15 @@ def database(tag: str) -> Database:
     return Database.from_env(ROOT / ".moirae-bench", schema=f"bench_{tag}_{uuid.uuid4().hex[:8]}")
 
 
-def archive(db: Database) -> Archiver:
+def archive(db: Database, streams=("metrics",)) -> Archiver:
     arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, statement_timeout_ms=600_000))
-    arch.register_stream(StreamSpec.build("metrics", "ts", {"host": "text", "v": "double"}))
+    for name in streams:
+        arch.register_stream(StreamSpec.build(name, "ts", {"host": "text", "v": "double"}))
     return arch
 
 
 def load_chunks(arch: Archiver, first_back: int, chunks: int, rows_per_chunk: int, batch_id: int,
-                seed: int = 0) -> int:
+                seed: int = 0, stream: str = "metrics") -> int:
     """Append ``chunks`` full chunks ending ``first_back`` chunks before NOW, going back in
     time (so a growing archive grows into the past, like real history). Rows carry their
     own source ids, so the load times COPY, not the id hash."""
@@ -56,16 +57,15 @@ def load_chunks(arch: Archiver, first_back: int, chunks: int, rows_per_chunk: in
         "v": rng.normal(50, 10, n),
     })
     frame["_sid"] = np.arange(n, dtype=np.int64) + batch_id * 10**10
-    arch.append("metrics", batch_id, frame, bulk=True)
+    arch.append(stream, batch_id, frame, bulk=True)
     return n
 
 
 class FirstChunkOperator:
     """A recall operator with one output per chunk (the per-chunk aggregate row)."""
 
-    name = "ttfr"
-
-    def __init__(self, store: Archiver, sql: str = QUERY) -> None:
+    def __init__(self, store: Archiver, sql: str = QUERY, name: str = "ttfr") -> None:
+        self.name = name
         self.query = store.prepare(sql)
 
     def task_for(self, event: Mapping[str, Any]) -> TaskSpec:
