@@ -41,14 +41,31 @@ def run(args) -> int:
               f"data dir {engine.data_dir}")
         engine.source("metrics", synthetic_metrics(engine.spark), ts="ts", indexes=[("sid",)])
         engine.start()
+        server = _serve_api(engine)
         print("moirae: streaming" + (f" for {args.duration:g}s" if args.duration else " until Ctrl-C"))
         try:
             engine.run_for(args.duration)
         except KeyboardInterrupt:
             print("moirae: stopping")
+        if server is not None:
+            server.stop()
         engine.stop()
         status = engine.status()
         print(json.dumps(status, default=str) if args.json else render_status(status))
     finally:
         engine.close()
     return 0
+
+
+def _serve_api(engine):
+    """Serve the HTTP API and console over the running engine (DESIGN.md §5); if the
+    address is taken, say so and run without it."""
+    from moirae.api import ApiError, serve
+
+    try:
+        server = serve(engine)
+    except ApiError as exc:
+        print(f"moirae: API not served: {exc}")
+        return None
+    print(f"moirae: API and console on {server.url}/")
+    return server
