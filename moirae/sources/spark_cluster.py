@@ -144,28 +144,38 @@ class ClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.clock = MonotonicClock()
         self._anchor: tuple[int, float] | None = None
         self.available_now = False
+        self._target: int | None = None
 
     def initialOffset(self) -> dict:
         return {"t": self.spec.start_ns}
 
     def prepareForTriggerAvailableNow(self) -> None:
+        if self.spec.until_ns is None and self.spec.speedup == "max":
+            raise InvalidReplayOption(f"{FORMAT}: an availableNow trigger with speedup=max needs the option 'until'")
         self.available_now = True
+
+    def _horizon(self, t: int) -> int:
+        """Scenario time reached by now (wall clock x speed-up since the anchor), or one max span."""
+        spec = self.spec
+        if spec.speedup == "max":
+            return t + spec.max_span_ns
+        now = self.clock.now()
+        if self._anchor is None or self._anchor[0] > t:
+            self._anchor = (t, now)
+        t0, wall0 = self._anchor
+        return t0 + int((now - wall0) * float(spec.speedup) * 1e9)
 
     def latestOffset(self, start: dict, limit) -> dict:
         t = int(start["t"])
         spec = self.spec
-        if spec.speedup == "max" or self.available_now:
-            end = t + spec.max_span_ns
+        if self.available_now:  # everything up to `until` (or up to now when first asked), in spans
+            if self._target is None:
+                self._target = spec.until_ns if spec.until_ns is not None else self._horizon(t)
+            end = min(self._target, t + spec.max_span_ns)
         else:
-            now = self.clock.now()
-            if self._anchor is None or self._anchor[0] > t:
-                self._anchor = (t, now)
-            t0, wall0 = self._anchor
-            end = t0 + int((now - wall0) * float(spec.speedup) * 1e9)
-        if spec.until_ns is not None:
-            end = min(end, spec.until_ns)
-        if self.available_now and spec.until_ns is None:  # nothing more "available" than real time allows
-            end = min(end, t + spec.max_span_ns)
+            end = self._horizon(t)
+            if spec.until_ns is not None:
+                end = min(end, spec.until_ns)
         return {"t": max(t, end)}
 
     def partitions(self, start: dict, end: dict):

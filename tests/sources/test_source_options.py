@@ -74,3 +74,26 @@ def test_cluster_source_options(tmp_path):
         spec_from_options({"stream": "metrics", "out_of_order": "150"})
     with pytest.raises(InvalidReplayOption, match="time zone"):
         spec_from_options({"stream": "metrics", "start": "2025-09-30T00:00:00"})
+
+
+def test_cluster_reader_paces_scenario_time_and_bounds_available_now():
+    from moirae.sources.spark_cluster import ClusterStreamReader
+
+    paced = ClusterStreamReader(spec_from_options({"stream": "metrics", "speedup": "60",
+                                                   "start": "2025-09-30T00:00:00Z"}), None)
+    paced.clock = ManualClock(0.0)
+    first = paced.initialOffset()
+    assert paced.latestOffset(first, None) == first
+    paced.clock.advance(10)  # 10 wall seconds at 60x: ten scenario minutes
+    assert paced.latestOffset(first, None)["t"] - first["t"] == 600 * S
+    bounded = ClusterStreamReader(spec_from_options({"stream": "procs", "speedup": "max", "maxSpanSeconds": "3600",
+                                                     "start": "2025-09-30T00:00:00Z",
+                                                     "until": "2025-09-30T02:30:00Z"}), None)
+    bounded.prepareForTriggerAvailableNow()
+    offs = [bounded.initialOffset()]
+    for _ in range(4):
+        offs.append(bounded.latestOffset(offs[-1], None))
+    assert [(o["t"] - offs[0]["t"]) / 3600 / S for o in offs] == [0, 1, 2, 2.5, 2.5]
+    unbounded = ClusterStreamReader(spec_from_options({"stream": "procs", "speedup": "max"}), None)
+    with pytest.raises(InvalidReplayOption, match="until"):
+        unbounded.prepareForTriggerAvailableNow()
