@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -29,6 +30,11 @@ def test_chunks_newest_first_with_interval_and_parameters(archive):
         [tid] = mgr.submit(event("e1", chunk=4, host="b"), "rec")
         assert wait_until(lambda: _done(mgr, ["e1"]))
         view = mgr.task(tid)
+        api = json.loads(json.dumps([v.as_dict() for v in mgr.tasks()]))  # what the HTTP API serves
+        [desc] = [d.as_dict() for d in mgr.descriptions()]
+    assert api[0]["state"] == "done" and api[0]["chunks_done"] == 5 and api[0]["rows"] == 25
+    assert desc == {"operator": "rec", "template": "SELECT host, v FROM metrics WHERE host = :host",
+                    "streams": ["metrics"], "submitted": 1, "ended": 1}
     # the event sits in chunk 4 (from T0): chunks 4..0 of the six, newest first
     base = archive.grid.chunk_of(T0)
     assert rec.chunks_of("e1") == [base + 4, base + 3, base + 2, base + 1, base]
