@@ -86,18 +86,20 @@ def ankn_items(sink: ProvSink, U: timedelta | None = None):
                .filter(F.unix_micros(F.col("w.start")) == F.floor(F.col("anchor") / F.lit(u_us)) * F.lit(u_us)))
     end = F.unix_micros(F.col("w.end"))
 
-    def out(kind, vkind, ts_us, with_body=True):
+    def out(kind, vkind, ts_us, id_=None, sink_name=None, body=False):
         return F.struct(F.lit(kind).alias("kind"), F.lit(vkind).cast("string").alias("vertex_kind"),
-                        F.col("id"), (F.lit(sink.name) if with_body else null_str).alias("sink"),
+                        (F.col("id") if id_ is None else id_).alias("id"),
+                        (F.lit(sink_name) if sink_name else null_str).alias("sink"),
                         F.col("source_id"), F.col("sink_id"),
-                        (F.col("tuple_us") if with_body else null_long).alias("tuple_us"),
-                        ts_us.cast("long").alias("ts_us"), (F.col("payload") if with_body else null_str).alias("payload"))
+                        (F.col("tuple_us") if body else null_long).alias("tuple_us"),
+                        ts_us.cast("long").alias("ts_us"), (F.col("payload") if body else null_str).alias("payload"))
 
-    src_vertex = out("source", "source", end)
-    src_vertex = src_vertex.withField("sink", null_str)
-    expanded = F.when(F.col("kind") == "sink", F.array(out("sink", "sink", end), out("label", "sink", end, False))) \
-        .when(F.col("kind") == "edge", F.array(out("edge", None, end, False).withField("id", null_long))) \
-        .otherwise(F.array(src_vertex, out("label", "source", end + F.lit(u_us), False)))
+    expanded = (
+        F.when(F.col("kind") == "sink", F.array(out("sink", "sink", end, sink_name=sink.name, body=True),
+                                                 out("label", "sink", end)))
+        .when(F.col("kind") == "edge", F.array(out("edge", None, end, id_=null_long)))
+        .otherwise(F.array(out("source", "source", end, body=True), out("label", "source", end + F.lit(u_us))))
+    )
     return grouped.select(F.explode(expanded).alias("o")).select(*[F.col(f"o.{c}").alias(c) for c in ITEM_COLUMNS])
 
 
