@@ -161,10 +161,11 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
-            cur.execute("BEGIN TRANSACTION READ ONLY")
             try:
-                cur.execute("SET LOCAL statement_timeout = %s", (timeout,))
-                cur.execute(text, bound)
+                # one round trip for BEGIN, the timeout and the query (PostgreSQL >= 13 applies
+                # statement_timeout per statement of a multi-statement message)
+                cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
+                            + text, {**bound, "__moirae_timeout": timeout})
                 names = [d.name for d in cur.description]
                 rows = cur.fetchall()
             except psycopg2.errors.QueryCanceled as exc:

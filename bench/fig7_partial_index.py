@@ -1,0 +1,246 @@
+"""Moirae figure 7 (M 4.1): retrieving k matching tuples, newest chunk first, from an
+archive where no chunk, every chunk, or only the newest half of the chunks is indexed.
+
+A >= 1 GB log (``--quick``: ~40 MB) in ~5 MB chunks is bulk-loaded through the Archiver.
+The stream's index spec is ``(sid)``; the three layouts are made by the Archiver's own
+tiers: ``age()`` with R = 0, R = N/2 and R = N recent (indexed) chunks. A retrieval runs
+``SELECT * FROM log WHERE sid = :sid LIMIT :lim`` chunk by chunk, newest first, through
+``run_history_query`` on one connection, and stops once k rows are found. Each point is
+the median over several sid values of the best of a few runs, and the median over rounds
+that alternate the three layouts (cache warm). A "traditional" single query over the
+whole (fully indexed) table, ``ORDER BY ts DESC LIMIT k``, is reported for reference.
+
+Target (DESIGN.md §7): for k inside the indexed half, half-indexed <= 1.1x fully indexed.
+
+Run: ``python -m bench.fig7_partial_index [--quick] [--keep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from archive import Archiver, ArchiveSettings, Database, StreamSpec, Tier
+from archive.names import partition_name
+from bench.report import publish
+
+ROOT = Path(__file__).resolve().parent.parent
+SPAN = timedelta(hours=1)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+MATCHES_PER_CHUNK = 20  # rows per chunk for one sid value
+SPEC = StreamSpec.build("log", "ts", {"sid": "bigint", "host": "text", "v": "double", "payload": "text"},
+                        indexes=[("sid",)])
+QUERY = "SELECT * FROM log WHERE sid = :sid LIMIT :lim"
+
+
+def chunk_frame(rng: np.random.Generator, cid: int, n: int, n_sids: int, first_sid: int) -> pd.DataFrame:
+    start = T0 + cid * SPAN
+    offs = np.sort(rng.uniform(0, SPAN.total_seconds(), n))
+    frame = pd.DataFrame({
+        "ts": pd.Timestamp(start) + pd.to_timedelta(offs, unit="s"),
+        "sid": rng.integers(0, n_sids, n),
+        "host": np.char.add("host-", rng.integers(0, 500, n).astype(str)),
+        "v": rng.normal(50, 10, n),
+        "payload": np.char.add("event payload ", rng.integers(10**11, 10**12, n).astype(str)),
+    })
+    frame["payload"] = frame["payload"] + frame["host"] + " lorem ipsum dolor sit amet"
+    # rows carry their ids, so the load times COPY rather than Python hashing
+    frame["_sid"] = np.arange(first_sid, first_sid + n, dtype=np.int64)
+    return frame
+
+
+def partition_bytes(arch: Archiver, cid: int) -> int:
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT pg_table_size(%s)", (partition_name("log", cid),))
+        return int(cur.fetchone()[0])
+
+
+def load(arch: Archiver, target_mb: float, chunk_mb: float, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    # calibrate rows per chunk on a first chunk of known size
+    probe_rows = 20_000
+    n_sids = max(1, probe_rows // MATCHES_PER_CHUNK)
+    arch.append("log", 0, chunk_frame(rng, 0, probe_rows, n_sids, 0), bulk=True)
+    per_row = partition_bytes(arch, arch.grid.chunk_of(T0)) / probe_rows
+    rows_per_chunk = int(chunk_mb * 2**20 / per_row)
+    n_chunks = max(4, round(target_mb / chunk_mb))
+    n_sids = max(1, rows_per_chunk // MATCHES_PER_CHUNK)
+    with arch.db.connection() as conn, conn.cursor() as cur:  # restart with the calibrated size
+        cur.execute(f'TRUNCATE "{partition_name("log", arch.grid.chunk_of(T0))}"')
+        cur.execute("UPDATE moirae_chunks SET rows = 0")
+        cur.execute("DELETE FROM moirae_batches")
+    t = time.perf_counter()
+    sid0 = 10**9
+    for c in range(n_chunks):
+        arch.append("log", c, chunk_frame(rng, c, rows_per_chunk, n_sids, sid0), bulk=True)
+        sid0 += rows_per_chunk
+        if c % 20 == 19:
+            print(f"  loaded {c + 1}/{n_chunks} chunks", flush=True)
+    load_s = time.perf_counter() - t
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("ANALYZE log")
+        cur.execute("SELECT sum(pg_table_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = 'log'::regclass")
+        total = int(cur.fetchone()[0])
+    return {"rows_per_chunk": rows_per_chunk, "chunks": n_chunks, "sid_values": n_sids,
+            "rows": rows_per_chunk * n_chunks, "table_bytes": total, "load_s": load_s,
+            "chunk_bytes_mean": total / n_chunks}
+
+
+def layout(db: Database, recent: int) -> Archiver:
+    arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, recent_chunks=recent, statement_timeout_ms=600_000))
+    arch.age()
+    return arch
+
+
+def retrieve(arch: Archiver, query, conn, chunk_ids: list[int], sid: int, k: int) -> tuple[float, int, int]:
+    """Seconds to fetch k rows newest chunk first; also rows found and chunks read."""
+    t = time.perf_counter()
+    found = chunks = 0
+    for cid in chunk_ids:
+        got = arch.run_history_query(query, {"sid": sid, "lim": k - found}, cid, conn=conn)
+        found += len(got)
+        chunks += 1
+        if found >= k:
+            break
+    return time.perf_counter() - t, found, chunks
+
+
+def traditional(conn, sid: int, k: int) -> float:
+    t = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute("SELECT * FROM log WHERE sid = %s ORDER BY ts DESC LIMIT %s", (sid, k))
+        cur.fetchall()
+    return time.perf_counter() - t
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small smoke size (~40 MB)")
+    ap.add_argument("--size-mb", type=float, help="archive size (default 1100, quick 40)")
+    ap.add_argument("--chunk-mb", type=float, default=5.0)
+    ap.add_argument("--reps", type=int, help="sid values per point (default 7, quick 5)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternations of the three layouts")
+    ap.add_argument("--best-of", type=int, default=2, help="repeats per (k, sid); the fastest counts")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark schema")
+    args = ap.parse_args(argv)
+    size_mb = args.size_mb or (40 if args.quick else 1100)
+    reps = args.reps or (5 if args.quick else 7)
+    rounds, best_of = args.rounds, args.best_of
+    name = "fig7_partial_index_quick" if args.quick else "fig7_partial_index"
+
+    db = Database.from_env(ROOT / ".moirae-bench", schema=f"bench_fig7_{uuid.uuid4().hex[:8]}")
+    try:
+        arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, recent_chunks=0, statement_timeout_ms=600_000))
+        arch.register_stream(SPEC)
+        print(f"loading ~{size_mb:.0f} MB in ~{args.chunk_mb} MB chunks ...", flush=True)
+        info = load(arch, size_mb, args.chunk_mb, seed=7)
+        n = info["chunks"]
+        arch.demote(T0 + n * SPAN)  # every chunk is behind the horizon: tiers decide indexing
+        arch.close()
+        sids = list(range(1, 1 + reps))
+        half = n // 2
+        per_chunk = MATCHES_PER_CHUNK
+        ks = sorted({10, 30, 100, 300, 1000, int(per_chunk * half * 0.5), int(per_chunk * half * 0.85),
+                     int(per_chunk * n * 0.7), int(per_chunk * n * 0.95)})
+        ks = [k for k in ks if k <= per_chunk * n * 0.95]
+        ks = [k for k in ks if k >= 10]
+        with db.connection() as conn, conn.cursor() as cur:  # matches inside the newest half, per sid
+            cur.execute("SELECT min(c) FROM (SELECT sid, count(*) c FROM log WHERE ts >= %s AND sid = ANY(%s) "
+                        "GROUP BY sid) x", (T0 + (n - half) * SPAN, sids))
+            inside_limit = int(cur.fetchone()[0])
+        samples: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in ks} for lab in ("none", "half", "full")}
+        trad: dict[int, list[float]] = {k: [] for k in ks}
+        detail: dict[str, dict] = {}
+        # Layouts alternate over several rounds, so drift in a shared machine's load hits all three.
+        for rnd in range(rounds):
+            for label, recent in (("none", 0), ("half", half), ("full", n)):
+                t = time.perf_counter()
+                arch = layout(db, recent)
+                index_s = time.perf_counter() - t
+                indexed = sum(1 for c in arch.chunks("log") if c.tier is Tier.RECENT)
+                chunk_ids = arch.chunk_ids(["log"])
+                query = arch.prepare(QUERY)
+                conn = arch.connect()
+                conn.autocommit = True
+                for sid in sids:  # warm the cache for this layout
+                    retrieve(arch, query, conn, chunk_ids, sid, ks[-1])
+                for k in ks:
+                    per_sid = []
+                    for sid in sids:
+                        runs = [retrieve(arch, query, conn, chunk_ids, sid, k) for _ in range(best_of)]
+                        per_sid.append(min(r[0] for r in runs))
+                        found, read = runs[0][1], runs[0][2]
+                    samples[label][k].append(statistics.median(per_sid))
+                    detail.setdefault(label, {})[k] = {"last_found": found, "last_chunks_read": read}
+                detail[label]["layout"] = {"recent_chunks": recent, "indexed_chunks": indexed, "age_s": index_s}
+                print(f"  round {rnd}: {label}: indexed {indexed}/{n} chunks; " +
+                      ", ".join(f"k={k}: {samples[label][k][-1] * 1e3:.1f} ms" for k in ks), flush=True)
+                if label == "full":
+                    for k in ks:
+                        trad[k].append(statistics.median(min(traditional(conn, sid, k) for _ in range(best_of))
+                                                         for sid in sids))
+                conn.close()
+                arch.close()
+        curves = {lab: {k: statistics.median(v) for k, v in per.items()} for lab, per in samples.items()}
+        curves["traditional"] = {k: statistics.median(v) for k, v in trad.items()}
+
+        inside = [k for k in ks if k <= inside_limit]
+        ratios = {k: curves["half"][k] / curves["full"][k] for k in ks}
+        worst_inside = max(ratios[k] for k in inside) if inside else None
+        met = worst_inside is not None and worst_inside <= 1.1
+        rows_md = "\n".join(
+            f"| {k} | {'yes' if k in inside else 'no'} | {curves['none'][k] * 1e3:.1f} | "
+            f"{curves['half'][k] * 1e3:.1f} | {curves['full'][k] * 1e3:.1f} | {curves['traditional'][k] * 1e3:.1f} "
+            f"| {ratios[k]:.2f} |" for k in ks)
+        md = (
+            f"### Moirae figure 7: partial indexing{' (quick)' if args.quick else ''}\n\n"
+            f"{info['table_bytes'] / 2**20:.0f} MB archive ({info['rows']:,} rows) in {n} chunks of "
+            f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded through the Archiver in {info['load_s']:.0f} s. "
+            f"Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest chunk first, one "
+            f"history-query per chunk, stopping at k; per point the median over {reps} sid values of the best of {best_of} runs, then the "
+            f"median over {rounds} rounds alternating the layouts; warm cache. Layouts are the "
+            f"Archiver's tiers: R = 0, R = {half} (newest half indexed) and R = {n}. The indexed half holds "
+            f">= {inside_limit} matches per sid. Times in ms.\n\n"
+            "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "
+            "| half / full |\n|---|---|---|---|---|---|---|\n" + rows_md + "\n\n"
+            f"**Worst half / full inside the indexed half = {worst_inside:.2f}** (target <= 1.10): "
+            f"**{'met' if met else 'missed'}**."
+        )
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for label, style in (("none", "o-"), ("half", "s-"), ("full", "^-"), ("traditional", "x--")):
+            ax.plot(ks, [curves[label][k] * 1e3 for k in ks], style, label={
+                "none": "no chunk indexed", "half": "newest half indexed", "full": "every chunk indexed",
+                "traditional": "one query, whole table (indexed)"}[label])
+        ax.axvline(inside_limit, color="grey", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("k (rows retrieved)")
+        ax.set_ylabel("response time (ms)")
+        ax.set_title(f"Partial indexing, {info['table_bytes'] / 2**30:.2f} GB in {n} chunks")
+        ax.legend(fontsize=8)
+        data = {"archive": info, "ks": ks, "inside_limit": inside_limit, "curves_s": curves,
+                "half_over_full": ratios, "worst_inside_ratio": worst_inside, "target": 1.1, "met": met,
+                "detail": detail, "reps": reps, "rounds": rounds, "best_of": best_of,
+                "samples_s": samples}
+        publish(name, data, md, fig)
+        print(md)
+    finally:
+        if not args.keep:
+            db.drop_schema()
+
+
+if __name__ == "__main__":
+    main()

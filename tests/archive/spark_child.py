@@ -1,0 +1,55 @@
+"""A streaming archive job run as its own process, so a test can SIGKILL it mid-stream.
+
+``python spark_child.py DSN SCHEMA SRC CHECKPOINT LOG [--hang-on N]``: archives the CSV
+files in SRC (one per trigger) into stream ``metrics``; after each append it writes the
+AppendResult as a JSON line to LOG. With ``--hang-on N`` it blocks after archiving batch
+N (after the database commit, before Spark commits the batch) until it is killed;
+without it, it processes everything available and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+CSV_SCHEMA = "ts timestamp, host string, v double, n bigint"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    for a in ("dsn", "schema", "src", "checkpoint", "log"):
+        ap.add_argument(a)
+    ap.add_argument("--hang-on", type=int)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from arch_helpers import make_archiver, metrics_spec
+
+    from archive import Database
+    from archive.spark_sink import archive_batches
+    from moirae.spark import spark_session
+
+    arch = make_archiver(Database(args.dsn, args.schema))
+    arch.register_stream(metrics_spec())
+    spark = spark_session(master="local[1]", app_name="archive-kill-test")
+
+    def on_batch(result, _df):
+        with open(args.log, "a") as f:
+            f.write(json.dumps({"batch": result.batch_id, "rows": result.rows,
+                                "duplicate": result.duplicate}) + "\n")
+        if args.hang_on is not None and result.batch_id == args.hang_on:
+            time.sleep(3600)
+
+    stream = spark.readStream.schema(CSV_SCHEMA).option("maxFilesPerTrigger", 1).csv(args.src)
+    query = (stream.writeStream.foreachBatch(archive_batches(arch, "metrics", on_batch))
+             .option("checkpointLocation", args.checkpoint).start())
+    query.processAllAvailable()
+    query.stop()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
