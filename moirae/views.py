@@ -71,6 +71,8 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
         return None
     outputs = engine.deploy.results.read(eid)
     results = apply_revisions(outputs)
+    for name in _similarity_operators(engine) & set(results):
+        results[name]["similarity"] = True
     boundary = next((o for o in reversed(outputs) if o.kind is OutputKind.BOUNDARY), None)
     return {
         **event_summary(record),
@@ -125,6 +127,14 @@ def apply_revisions(outputs: Iterable[Output]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _similarity_operators(engine) -> set[str]:
+    """Names of the live engine's Similarity Recall operators (none in a read-only view)."""
+    manager = getattr(engine.deploy, "manager", None)
+    if manager is None:
+        return set()
+    return {d.operator for d in manager.descriptions() if "Similarity" in type(d.recall_operator).__name__}
+
+
 def _is_similarity_row(row: dict) -> bool:
     return any(f in row for f in SCORE_FIELDS) and any(f in row for f in PAST_EID_FIELDS)
 
@@ -140,10 +150,12 @@ def similar_events(engine, results: dict[str, dict[str, Any]]) -> list[dict[str,
             continue
         for item in res["current"]:
             row = item["row"]
+            if not _is_similarity_row(row):  # e.g. the operator's status row (how its search ended)
+                continue
             past_eid = next((str(row[f]) for f in PAST_EID_FIELDS if row.get(f) is not None), item["key"])
             past = engine.deploy.events.get(past_eid)
             score = next((row[f] for f in SCORE_FIELDS if row.get(f) is not None), None)
-            resolution = row.get("resolution", row.get("surrounding"))
+            resolution = row.get("resolution") or row.get("surrounding") or None
             if resolution is None and past is not None:
                 resolution = past.attrs.get("resolution") or (jsonable(past.surrounding) or None)
             out.append({

@@ -103,8 +103,9 @@ def test_similar_past_events_with_scores_contexts_and_resolutions(engine, client
     out = [(OutputKind.INSERT, "old2", {"past_eid": "old2", "score": 0.4}),
            (OutputKind.INSERT, "old1", {"past_eid": "old1", "score": 0.9}),
            (OutputKind.INSERT, "old3", {"past_eid": "old3", "score": 0.7, "context": [{"cpu": 85.0, "x": 1}],
-                                        "resolution": "ignored"}),
-           (OutputKind.DELETE, "old2", {"past_eid": "old2", "score": 0.4})]  # displaced by a better one
+                                        "surrounding": {"tickets": [{"resolution": "ignored"}]}}),
+           (OutputKind.DELETE, "old2", {"past_eid": "old2", "score": 0.4}),  # displaced by a better one
+           (OutputKind.INSERT, "__status__", {"status": "done", "k": 2, "found": 2})]
     for i, (kind, key, row) in enumerate(out):
         engine.deploy.results.append(Output("sim", "new", new.ts, kind, i, key, row, None))
     engine.deploy.results.flush()
@@ -115,7 +116,9 @@ def test_similar_past_events_with_scores_contexts_and_resolutions(engine, client
     assert first["context"] == [{"cpu": 99.0}]  # from the past event's record
     assert first["resolution"] == {"tickets": [{"resolution": "rebooted"}]}  # its surrounding information
     assert first["ts"] == (T0 + timedelta(minutes=10)).isoformat()
-    assert second["context"] == [{"cpu": 85.0, "x": 1}] and second["resolution"] == "ignored"  # from the row
+    assert second["context"] == [{"cpu": 85.0, "x": 1}]  # from the row
+    assert second["resolution"] == {"tickets": [{"resolution": "ignored"}]}
+    assert {"key": "__status__", "row": {"status": "done", "k": 2, "found": 2}} in d["results"]["sim"]["current"]
 
 
 def test_chunks_and_tasks(engine, client):

@@ -62,12 +62,12 @@ def test_live_alerts_stream_and_carry_provenance(spark, pg, tmp_path, monkeypatc
         listener.start()
         wait_for(lambda: e.deploy.manager.bus.subscribers >= 1, what="the SSE subscription")
         e.start()
-        live = pd.date_range("2024-03-01 02:00", periods=200, freq="10s", tz="UTC")
-        for k in range(4):
-            part = pd.DataFrame({"ts": live[k * 50:(k + 1) * 50].strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                 "sid": [f"s{i % 3}" for i in range(50)],
-                                 "bw": np.where(np.arange(50) % 3 == 0, 95.0, 50.0)})
-            part.to_csv(inp / f"p{k}.csv", index=False, header=False)
+        live = pd.date_range("2024-03-01 02:00", periods=120, freq="10s", tz="UTC")
+        for k, part in enumerate((live[:90], live[90:])):  # the second file moves the watermark past the window
+            n = len(part)
+            pd.DataFrame({"ts": part.strftime("%Y-%m-%dT%H:%M:%SZ"), "sid": [f"s{i % 3}" for i in range(n)],
+                          "bw": np.where(np.arange(n) % 3 == 0, 95.0, 50.0)}).to_csv(inp / f"p{k}.csv", index=False,
+                                                                                  header=False)
         listener.join(120)
         assert seen and seen[0]["event"] == "overload" and seen[0]["eid"].startswith("ov:s0:")
         eid = seen[0]["eid"]
