@@ -37,42 +37,57 @@ from datetime import timedelta
 from ananke.ids import PROV, from_micros, sink_id_col, spark_interval
 from ananke.items import Edge, GraphItem, GraphSink, Label, SinkVertex, SourceVertex
 from ananke.query import ProvSink
+from scheduler.errors import MoiraeError
 
 ITEM_COLUMNS = ("kind", "vertex_kind", "id", "sink", "source_id", "sink_id", "tuple_us", "ts_us", "payload")
 MIN_U = timedelta(milliseconds=1)
 
 
-def ankn_items(sink: ProvSink, U: timedelta | None = None):
-    """The graph-item stream of ``sink`` as a streaming DataFrame (columns ITEM_COLUMNS).
-
-    ``U`` defaults to the sink's query U (the global U of Remark 4.1). The sink's event-time
-    column needs a watermark. It has one after a window or straight from a source; a join's
-    output time (the later of two inputs) has none, and is given one here with a delay of
-    U plus the largest source lateness: a join output is never older than the inputs'
-    watermark, and no input is more than that ahead of it.
-    """
+def _base(sink: ProvSink, u: timedelta):
     from pyspark.sql import functions as F
 
-    u = max(U if U is not None else sink.query.U, MIN_U)
     df = sink.df
     if "spark.watermarkDelayMs" not in df.schema[sink.ts].metadata:
         lateness = max((dict(n.params).get("lateness", timedelta(0)) for n in sink.query.graph.nodes
                         if n.kind == "source"), default=timedelta(0))
         df = df.withWatermark(sink.ts, spark_interval(u + lateness))
-    u_us = int(u / timedelta(microseconds=1))
     payload = sink.payload_columns
-    base = df.select(
-        sink_id_col(sink.name, sink.ts, payload).alias("sink_id"), F.col(sink.ts).alias("tk"),
-        F.unix_micros(F.col(sink.ts)).alias("tk_us"),
+    return df.select(
+        F.lit(sink.name).alias("sink_name"), sink_id_col(sink.name, sink.ts, payload).alias("sink_id"),
+        F.col(sink.ts).alias("tk"), F.unix_micros(F.col(sink.ts)).alias("tk_us"),
         (F.to_json(F.struct(*payload)) if payload else F.lit("{}")).alias("payload"), F.col(PROV),
     )
+
+
+def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None):
+    """The graph-item stream of ``sinks`` as one streaming DataFrame (columns ITEM_COLUMNS).
+
+    Give every sink of a query set at once: sinks sharing source tuples must go through the
+    same Forward-Once, or each would emit the shared source vertices (A 5.2 feeds ANK-N the
+    union of all sink streams, B_Q). ``U`` defaults to the query's U (Remark 4.1). Each
+    sink's event-time column needs a watermark. It has one after a window or straight from
+    a source; a two-sided join's output time (the later of two inputs) has none, and is
+    given one here with a delay of U plus the largest source lateness.
+    """
+    from pyspark.sql import functions as F
+
+    sinks = [sinks] if isinstance(sinks, ProvSink) else list(sinks)
+    if not sinks:
+        raise MoiraeError("ankn_items needs at least one sink")
+    u = max(U if U is not None else sinks[0].query.U, MIN_U)
+    u_us = int(u / timedelta(microseconds=1))
+    base = _base(sinks[0], u)
+    for other in sinks[1:]:
+        base = base.unionByName(_base(other, u))
     null_long, null_str = F.lit(None).cast("long"), F.lit(None).cast("string")
 
-    def item(kind, id_, src, snk, tuple_us, anchor, pay):
+    def item(kind, id_, src, snk, tuple_us, anchor, pay, name=null_str):
         return F.struct(F.lit(kind).alias("kind"), id_.alias("id"), src.alias("source_id"), snk.alias("sink_id"),
-                        tuple_us.alias("tuple_us"), anchor.alias("anchor"), pay.alias("payload"))
+                        tuple_us.alias("tuple_us"), anchor.alias("anchor"), pay.alias("payload"),
+                        name.alias("sink_name"))
 
-    sink_item = item("sink", F.col("sink_id"), null_long, null_long, F.col("tk_us"), F.col("tk_us"), F.col("payload"))
+    sink_item = item("sink", F.col("sink_id"), null_long, null_long, F.col("tk_us"), F.col("tk_us"), F.col("payload"),
+                     F.col("sink_name"))
     mu = base.select("tk", F.explode(F.concat(
         F.array(sink_item),
         F.transform(PROV, lambda p: item("edge", null_long, p["id"], F.col("sink_id"), null_long, F.col("tk_us"),
@@ -81,21 +96,21 @@ def ankn_items(sink: ProvSink, U: timedelta | None = None):
                                          F.unix_micros(p["ts"]), null_str)),
     )).alias("i")).select("tk", "i.*")
     win = F.window("tk", spark_interval(2 * u), spark_interval(u)).alias("w")
-    grouped = (mu.groupBy(win, "kind", "id", "source_id", "sink_id", "tuple_us", "anchor")
+    grouped = (mu.groupBy(win, "kind", "id", "source_id", "sink_id", "tuple_us", "anchor", "sink_name")
                .agg(F.first("payload").alias("payload"))
                .filter(F.unix_micros(F.col("w.start")) == F.floor(F.col("anchor") / F.lit(u_us)) * F.lit(u_us)))
     end = F.unix_micros(F.col("w.end"))
 
-    def out(kind, vkind, ts_us, id_=None, sink_name=None, body=False):
+    def out(kind, vkind, ts_us, id_=None, body=False):
         return F.struct(F.lit(kind).alias("kind"), F.lit(vkind).cast("string").alias("vertex_kind"),
                         (F.col("id") if id_ is None else id_).alias("id"),
-                        (F.lit(sink_name) if sink_name else null_str).alias("sink"),
+                        (F.col("sink_name") if body else null_str).alias("sink"),
                         F.col("source_id"), F.col("sink_id"),
                         (F.col("tuple_us") if body else null_long).alias("tuple_us"),
                         ts_us.cast("long").alias("ts_us"), (F.col("payload") if body else null_str).alias("payload"))
 
     expanded = (
-        F.when(F.col("kind") == "sink", F.array(out("sink", "sink", end, sink_name=sink.name, body=True),
+        F.when(F.col("kind") == "sink", F.array(out("sink", "sink", end, body=True),
                                                  out("label", "sink", end)))
         .when(F.col("kind") == "edge", F.array(out("edge", None, end, id_=null_long)))
         .otherwise(F.array(out("source", "source", end, body=True), out("label", "source", end + F.lit(u_us))))
@@ -122,12 +137,13 @@ def rows_to_items(rows: Sequence) -> list[GraphItem]:
 
 
 class AnkNSparkSink:
-    """Run ANK-N for one sink and hand each micro-batch's items to a GraphSink."""
+    """Run ANK-N for a set of sinks (one streaming query) and hand each micro-batch's items
+    to a GraphSink."""
 
-    def __init__(self, sink: ProvSink, emit: GraphSink, U: timedelta | None = None) -> None:
-        self.sink = sink
+    def __init__(self, sinks: ProvSink | Sequence[ProvSink], emit: GraphSink, U: timedelta | None = None) -> None:
+        self.sinks = [sinks] if isinstance(sinks, ProvSink) else list(sinks)
         self.emit = emit
-        self.df = ankn_items(sink, U)
+        self.df = ankn_items(self.sinks, U)
         self.last_batch = -1
         self.items = 0
 

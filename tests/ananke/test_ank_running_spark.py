@@ -117,7 +117,7 @@ def test_running_example_ank1_and_ankn_on_spark(spark, file_stream):
     qn = ProvQuery()
     n1, n2 = running.build(qn, file_stream(BATCHES, running.SCHEMA, name="ankn"))
     outn = ListSink()
-    _run_all([AnkNSparkSink(k, outn) for k in (n1, n2)])
+    _run_all([AnkNSparkSink([n1, n2], outn)])
     keys_n = [graph_key(i) for i in outn.items]
     assert len(keys_n) == len(set(keys_n)), "ANK-N emitted duplicates"
     assert set(keys_n) == set(keys)
