@@ -6,6 +6,7 @@ disconnects releases its bus subscription."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 
 import httpx
@@ -75,3 +76,21 @@ def test_recall_outputs_of_a_live_event_stream_in(engine, server):
         client.post("/api/events/ev1/cancel")
         kind, data = next(m for m in msgs if m[0] != "comment")
         assert kind == "boundary" and data["eid"] == "ev1" and list(data["row"]["ended"].values()) == ["cancelled"]
+
+
+def test_stopping_the_server_closes_open_streams(engine):
+    bus = engine.deploy.manager.bus
+    base = bus.subscribers
+    server = serve(engine, host="127.0.0.1", port=0, keepalive=0.3)
+    client = httpx.Client(base_url=server.url, timeout=10)
+    res = client.send(client.build_request("GET", "/api/stream"), stream=True)
+    try:
+        assert next(res.iter_lines()).startswith("retry:")
+        wait_for(lambda: bus.subscribers == base + 1, what="the subscription")
+        t0 = time.monotonic()
+        server.stop()
+        assert time.monotonic() - t0 < 8 and not server.running
+        wait_for(lambda: bus.subscribers == base, what="the subscription to close on shutdown")
+    finally:
+        res.close()
+        client.close()
