@@ -102,6 +102,8 @@ def coerce(values: pd.Series, ctype: ColumnType) -> tuple[pd.Series, np.ndarray]
             out = pd.to_numeric(values, errors="coerce").astype("float64")
     elif ctype is ColumnType.BOOLEAN:
         out = values.map(_to_bool, na_action="ignore").astype("boolean")
+    elif pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+        out = values.astype("string")  # already text: no per-value Python call
     else:
         out = values.map(lambda v: v if isinstance(v, str) else str(v), na_action="ignore").astype("string")
     bad = present & out.isna().to_numpy()
