@@ -14,10 +14,11 @@ from datetime import timedelta
 import pytest
 
 from ananke.ank1 import Ank1
+from ananke.ankn import ankn_items, rows_to_items
 from ananke.examples import linear_road as lr
 from ananke.examples import smart_grid as sg
 from ananke.ids import PROV, from_micros, source_id_col
-from ananke.items import ListSink
+from ananke.items import ListSink, graph_key
 from ananke.query import ProvQuery
 from ananke.spark_adapter import collect_sink_rows
 
@@ -75,6 +76,21 @@ def test_linear_road_stopped_vehicles_and_accidents(spark):
     exp_acc = {pos: frozenset(p) for (pos, _), (vids, p) in acc.items() if len(vids) >= 2}
     got_acc = {pos: p for (pos,), p in _alerts(sinks["accident"], ["pos"]).items()}
     assert got_acc == exp_acc and exp_acc
+
+    # the two sinks share source tuples (every accident's): ANK-N over both sinks emits each
+    # shared source vertex once, and delivers the same graph as ANK-1 (as sets)
+    items_n = rows_to_items(ankn_items(list(sinks.values())).collect())
+    keys_n = [graph_key(i) for i in items_n]
+    assert len(keys_n) == len(set(keys_n))
+    out = ListSink()
+    ank = Ank1.from_query(q).build(out)
+    for name, sink in sinks.items():
+        for st, prov in collect_sink_rows(sink, sink.df):
+            ank.on_tuple(name, st, prov)
+    for name in sinks:
+        ank.on_watermark(name, lr.START + timedelta(hours=1))
+    assert set(keys_n) == {graph_key(i) for i in out.items}
+    assert {i.id for i in items_n if i.kind == "source"} == set().union(*expected.values())
 
 
 def test_smart_grid_blackout_and_anomaly_and_ank1_graph(spark):
