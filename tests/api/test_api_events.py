@@ -36,7 +36,7 @@ def test_list_filters_and_pages(engine, client):
     assert client.get("/api/events", params={"since": "2024-03-01T00:25:00"}).json()["count"] == 3  # naive = UTC
 
 
-@pytest.mark.parametrize("params, needle", [
+BAD_PARAMS = [
     ({"since": "yesterday"}, "since: not an ISO-8601 time"),
     ({"until": "2024-13-01"}, "until: not an ISO-8601 time"),
     ({"since": "2024-03-02T00:00:00Z", "until": "2024-03-01T00:00:00Z"}, "is after until"),
@@ -44,11 +44,14 @@ def test_list_filters_and_pages(engine, client):
     ({"limit": 5000}, "less than or equal to 1000"),
     ({"offset": -1}, "greater than or equal to 0"),
     ({"limit": "ten"}, "valid integer"),
-])
-def test_bad_list_parameters_are_422_with_a_reason(client, params, needle):
-    res = client.get("/api/events", params=params)
-    assert res.status_code == 422
-    assert needle in str(res.json()["detail"])
+]
+
+
+def test_bad_list_parameters_are_422_with_a_reason(client):
+    for params, needle in BAD_PARAMS:
+        res = client.get("/api/events", params=params)
+        assert res.status_code == 422, params
+        assert needle in str(res.json()["detail"]), (params, res.json())
 
 
 def test_unknown_event_is_404(client):
