@@ -20,8 +20,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 @pytest.fixture
 def dense_csv(tmp_path):
-    """A dense in-order stream: one event every 10 ms for 50 000 events, as a CSV file."""
-    n = 50_000
+    """A dense in-order stream: one event every 10 ms for 20 000 events, as a CSV file."""
+    n = 20_000
     path = tmp_path / "dense.csv"
     pd.DataFrame({"ts": np.arange(n, dtype="int64") * 10, "k": np.arange(n) % 7,
                   "v": np.round(np.sin(np.arange(n)), 6)}).to_csv(path, index=False)
