@@ -45,8 +45,8 @@ def parse_time(name: str, text: str | None) -> datetime | None:
     one is a 422 naming the parameter and the value."""
     if text is None or text == "":
         return None
-    try:
-        t = datetime.fromisoformat(text.replace(" ", "+") if "T" in text and " " in text else text)
+    try:  # an unencoded "+01:00" offset arrives as " 01:00"
+        t = datetime.fromisoformat(text.strip().replace(" ", "+") if "T" in text else text.strip())
     except ValueError:
         raise HTTPException(422, f"{name}: not an ISO-8601 time (like 2024-03-01T06:00:00Z): {text!r}") from None
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

@@ -1,6 +1,9 @@
 """Serving the API in a background thread (uvicorn), stoppable.
 
->>> # server = serve(engine); print(server.url); ...; server.stop()
+``serve(engine)`` binds the socket itself (so a taken port or a refused address is an
+:class:`~moirae.api.auth.ApiError` at once, and port 0 picks a free port), starts
+uvicorn on it in a daemon thread and returns once it accepts connections;
+``server.stop()`` shuts it down, closing open SSE streams.
 """
 
 from __future__ import annotations
