@@ -303,6 +303,12 @@ class Archiver(ChunkStore):
             frame[spec.ts_col] = pd.to_datetime(frame[spec.ts_col], utc=True)
         return frame
 
+    def dead_letter(self, stream: str, row: Mapping[str, Any], reason: str) -> None:
+        """Record one row refused after archiving (e.g. a context a query cannot use)."""
+        with self._conn() as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES (%s, NULL, %s, %s)",
+                        (stream, json.dumps(row, default=str), reason))
+
     def dead_letters(self, stream: str | None = None, limit: int = 100) -> list[dict]:
         with self._conn() as conn, conn.cursor() as cur:
             cur.execute("SELECT id, stream, batch_id, row_data, reason, at FROM moirae_dead_letters "

@@ -19,9 +19,11 @@ from moirae.hybrid import ContextQuery, QueryDefinitionError
 def compute_context(spark, archiver, cq: ContextQuery, events: pd.DataFrame, ev_spec,
                     eid: str = "eid", ts: str = "ts"):
     """Run one context-query for ``events``; returns its ``(eid, ts, attrs...)`` rows and
-    their Spark schema."""
+    their Spark schema (None when there are no events)."""
+    if events.empty:
+        return pd.DataFrame(columns=[eid, ts]), None
     lo = events[ts].min() - cq.window
-    hi = events[ts].max() + timedelta(microseconds=1)
+    hi = events[ts].max() + cq.after + timedelta(microseconds=1)
     inputs = []
     for name in cq.inputs:
         spec = archiver.stream(name)

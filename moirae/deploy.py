@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from archive.spark_sink import spec_from_spark_schema
+from archive.spark_sink import spark_schema, spec_from_spark_schema
 from moirae.context import compute_context, context_tuples
 from moirae.events import EventLog, EventRecord
 from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
@@ -83,15 +83,24 @@ class DeployManager:
             return None
         return self.manager.submit(replica_event(name), [f"replica_{name}"])[0]
 
-    def on_materialized_context(self, name: str, cq: ContextQuery, frame: pd.DataFrame) -> None:
-        """Materialized past contexts update the similarity statistics (M 3.5)."""
+    def on_materialized(self, name: str, events: pd.DataFrame, contexts: dict) -> None:
+        """Materialized past events update the similarity statistics (M 3.5), once each."""
+        frames = [cx for cq, cx in contexts.items() if not cq.surrounding]
         for op_name in self.operators.get(name, []):
             learn = getattr(self.ops.get(op_name), "learn_contexts", None)
-            if learn is not None and not cq.surrounding:
-                learn(frame)
+            if learn is not None:
+                for eid, reason in learn(events, frames):
+                    self.engine.archiver.dead_letter(self.flows[name].stream, {"eid": eid}, reason)
+
+    def _learn(self, name: str, eid: str, context: list[dict]) -> None:
+        for op_name in self.operators.get(name, []):
+            learn = getattr(self.ops.get(op_name), "learn_event", None)
+            if learn is not None and not learn(eid, context):
+                self.engine.archiver.dead_letter(self.flows[name].stream, {"eid": eid, "context": context},
+                                                 self.ops[op_name].rejected[-1][1])
 
     def context_query(self, event: str, fn, inputs, name: str | None = None, window: timedelta | str = "5m",
-                      surrounding: bool = False) -> ContextQuery:
+                      surrounding: bool = False, after: timedelta | str = 0) -> ContextQuery:
         from moirae.config import parse_duration
 
         self._need_event(event, "context-query")
@@ -102,9 +111,25 @@ class DeployManager:
         inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
         for s in inputs:
             self.engine.archiver.stream(s)
-        cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding)
+        cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding, parse_duration(after))
+        self._register_context_stream(cq)
         existing.append(cq)
         return cq
+
+    def _register_context_stream(self, cq: ContextQuery) -> None:
+        """Archive inference (M 4.2): the context stream is archived from deployment on.
+        Its schema comes from applying the function to empty inputs (no Spark job)."""
+        spark, arch = self.engine.spark, self.engine.archiver
+        q = self.event_queries[cq.event]
+        empty = [spark.createDataFrame([], spark_schema(arch.stream(s))) for s in (self.flows[cq.event].stream,
+                                                                                 *cq.inputs)]
+        schema = cq.fn(*empty).schema
+        names = {f.name for f in schema.fields}
+        if q.eid not in names or q.ts not in names:
+            raise QueryDefinitionError(f"context-query {cq.name!r} of {cq.event!r} must produce columns "
+                                       f"{q.eid!r} and {q.ts!r}, got {sorted(names)}")
+        arch.register_stream(spec_from_spark_schema(context_stream(cq.event, cq.name), schema, q.ts,
+                                                    kind="context", indexes=[(q.eid,)]))
 
     def recall(self, event: str, sql: str, name: str | None = None, **kwargs: Any) -> Recall:
         self._need_event(event, "Recall")
@@ -123,10 +148,14 @@ class DeployManager:
 
         self._need_event(event, "Similarity Recall")
         name = check_name("similarity recall", name or f"{event}_similar")
-        cqs = [c for c in self.contexts.get(event, []) if not c.surrounding]
-        op = SimilarityRecall(name, event=event, store=self.engine.archiver,
-                              context_streams=[context_stream(event, c.name) for c in cqs],
-                              k=k or self.engine.settings.similarity.k, **kwargs)
+        cqs = self.contexts.get(event, [])
+        q = self.event_queries[event]
+        kwargs.setdefault("feedback_period", self.engine.settings.recall.feedback_period)
+        kwargs.setdefault("tickets", self.engine.settings.recall.default_tickets)
+        op = SimilarityRecall(name, event=event, store=self.engine.archiver, event_stream=self.flows[event].stream,
+                              context_streams=[context_stream(event, c.name) for c in cqs if not c.surrounding],
+                              surrounding_streams=[context_stream(event, c.name) for c in cqs if c.surrounding],
+                              k=k or self.engine.settings.similarity.k, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
         self.manager.register(op)
         self.operators[event].append(name)
         self.ops[name] = op
@@ -171,11 +200,8 @@ class DeployManager:
         contexts = {}
         ev_spec = self.engine.archiver.stream(flow.stream)
         for cq in self.contexts.get(q.name, []):
-            cx, schema = compute_context(self.engine.spark, self.engine.archiver, cq, frame, ev_spec, q.eid, q.ts)
+            cx, _schema = compute_context(self.engine.spark, self.engine.archiver, cq, frame, ev_spec, q.eid, q.ts)
             stream = context_stream(q.name, cq.name)
-            if stream not in {s.name for s in self.engine.archiver.streams()}:
-                self.engine.archiver.register_stream(spec_from_spark_schema(stream, schema, q.ts, kind="context",
-                                                                            indexes=[(q.eid,)]))
             if len(cx):
                 self.engine.archiver.append(stream, batch_id, cx)
             contexts[cq] = cx
@@ -193,6 +219,7 @@ class DeployManager:
             records.append(rec)
         new = self.events.add(records)
         for rec in new:
+            self._learn(q.name, rec.eid, rec.context)
             self.manager.bus.publish({"type": "event", **rec.to_json()})
             names = self.operators.get(q.name, [])
             if names:

@@ -117,10 +117,10 @@ class Engine:
         return self.deploy.event_query(name, fn, inputs, eid, ts)
 
     def context_query(self, event_name: str, fn, inputs, name: str | None = None, window="5m",
-                      surrounding: bool = False):
+                      surrounding: bool = False, after=0):
         """Attach a context-query (M 3.3) to an event-query: ``fn(events, *inputs)``
         returns ``(eid, ts, attrs...)`` tuples describing each event."""
-        return self.deploy.context_query(event_name, fn, inputs, name, window, surrounding)
+        return self.deploy.context_query(event_name, fn, inputs, name, window, surrounding, after)
 
     def recall(self, event_name: str, sql: str, name: str | None = None, **kwargs):
         """Attach a Recall (M 3.2): a history-query template run chunk by chunk for each event."""

@@ -61,4 +61,5 @@ class ContextQuery:
     inputs: tuple[str, ...]
     window: timedelta = timedelta(minutes=5)
     surrounding: bool = False
+    after: timedelta = timedelta(0)  # how far past the event its inputs are read (surrounding)
     attrs: tuple[str, ...] = field(default=())

@@ -27,7 +27,7 @@ import pandas as pd
 from ananke.query import ProvQuery
 from archive.abc import Tier
 from archive.materialized import materialized_chunks, replace_materialization
-from archive.spark_sink import spec_from_spark_schema, to_spark
+from archive.spark_sink import to_spark
 from moirae.context import compute_context
 from moirae.hybrid import EventQuery, QueryDefinitionError, context_stream, event_stream
 from recall.api import EndReason, Interval, Output, TaskSpec
@@ -67,25 +67,44 @@ class ChunkResult:
 def materialize_chunk(engine, name: str, chunk_id: int) -> ChunkResult:
     """Re-compute one chunk of event-query ``name``'s events and contexts from raw data
     and replace their materialization."""
+    return materialize_range(engine, name, [chunk_id])[0]
+
+
+def materialize_range(engine, name: str, chunk_ids: list[int]) -> list[ChunkResult]:
+    """The same for several chunks in one Spark job (one read, one overlap of U before the
+    oldest), then written back chunk by chunk, each atomically."""
     t0 = time.perf_counter()
     deploy = engine.deploy
     query = deploy.event_queries[name]
     flow = deploy.flows[name]
-    start, end = engine.archiver.grid.bounds(chunk_id)
+    grid = engine.archiver.grid
+    start, end = grid.bounds(min(chunk_ids))[0], grid.bounds(max(chunk_ids))[1]
     events = detect(engine, query, start, end, flow.U)
-    sources = [(s, chunk_id) for s in query.inputs]
-    n_events = replace_materialization(engine.archiver, flow.stream, chunk_id, events, query.eid, sources, tag_of(name))
-    n_ctx = 0
     ev_spec = engine.archiver.stream(flow.stream)
+    contexts = []
     for cq in deploy.contexts.get(name, []):
         cx, schema = compute_context(engine.spark, engine.archiver, cq, events, ev_spec, query.eid, query.ts)
         stream = context_stream(name, cq.name)
-        if stream not in {s.name for s in engine.archiver.streams()}:
-            engine.archiver.register_stream(spec_from_spark_schema(stream, schema, query.ts, kind="context",
-                                                                   indexes=[(query.eid,)]))
-        n_ctx += replace_materialization(engine.archiver, stream, chunk_id, cx, None, [], tag_of(name))
-        deploy.on_materialized_context(name, cq, cx)
-    return ChunkResult(chunk_id, n_events, n_ctx, time.perf_counter() - t0)
+        contexts.append((cq, stream, cx))
+    deploy.on_materialized(name, events, {cq: cx for cq, _stream, cx in contexts})
+    ev_chunk = _chunk_of(events, query.ts, grid)
+    out = []
+    for cid in sorted(chunk_ids, reverse=True):
+        mine = events[ev_chunk == cid] if len(events) else events
+        n_events = replace_materialization(engine.archiver, flow.stream, cid, mine, query.eid,
+                                           [(s, cid) for s in query.inputs], tag_of(name))
+        n_ctx = 0
+        for _cq, stream, cx in contexts:
+            part = cx[_chunk_of(cx, query.ts, grid) == cid] if len(cx) else cx
+            n_ctx += replace_materialization(engine.archiver, stream, cid, part, None, [], tag_of(name))
+        out.append(ChunkResult(cid, n_events, n_ctx, 0.0))
+    per = (time.perf_counter() - t0) / max(1, len(out))
+    return [ChunkResult(r.chunk_id, r.events, r.context_rows, per) for r in out]
+
+
+def _chunk_of(frame: pd.DataFrame, ts: str, grid):
+    us = frame[ts].astype("datetime64[us, UTC]").astype("int64").to_numpy()
+    return us // grid.span_us
 
 
 def raw_chunks(engine, name: str, since: datetime | None = None, until: datetime | None = None,
@@ -102,12 +121,13 @@ def raw_chunks(engine, name: str, since: datetime | None = None, until: datetime
 
 
 def rematerialize(engine, name: str, since: datetime | None = None, until: datetime | None = None,
-                  resume: bool = False, on_chunk: Callable[[ChunkResult, int, int], None] | None = None
-                  ) -> list[ChunkResult]:
+                  resume: bool = False, on_chunk: Callable[[ChunkResult, int, int], None] | None = None,
+                  batch: int = 1) -> list[ChunkResult]:
     """Re-process raw chunks into ``name``'s event and context streams, newest first.
 
     Each chunk is replaced atomically; ``resume`` skips chunks already materialized.
-    ``on_chunk(result, done, total)`` reports progress.
+    ``batch`` consecutive chunks share one Spark job (fewer, larger jobs for long
+    ranges). ``on_chunk(result, done, total)`` reports progress.
     """
     if name not in engine.deploy.event_queries:
         raise QueryDefinitionError(f"unknown event-query {name!r} (deployed: {sorted(engine.deploy.event_queries)})")
@@ -118,13 +138,24 @@ def rematerialize(engine, name: str, since: datetime | None = None, until: datet
     if resume:
         done = set.intersection(*(materialized_chunks(engine.archiver, s, tag_of(name)) for s in query.inputs))
         todo = [c for c in todo if c not in done]
-    out = []
-    for i, cid in enumerate(todo):
-        res = materialize_chunk(engine, name, cid)
-        out.append(res)
-        if on_chunk is not None:
-            on_chunk(res, i + 1, len(todo))
+    out: list[ChunkResult] = []
+    for group in _runs(todo, batch):
+        for res in materialize_range(engine, name, group):
+            out.append(res)
+            if on_chunk is not None:
+                on_chunk(res, len(out), len(todo))
     return out
+
+
+def _runs(chunk_ids: list[int], batch: int) -> list[list[int]]:
+    """Consecutive chunk ids (newest first) in groups of at most ``batch``."""
+    groups: list[list[int]] = []
+    for cid in chunk_ids:
+        if groups and len(groups[-1]) < batch and groups[-1][-1] == cid + 1:
+            groups[-1].append(cid)
+        else:
+            groups.append([cid])
+    return groups
 
 
 @dataclass

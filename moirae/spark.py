@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 from scheduler.errors import MoiraeError
 
@@ -40,6 +41,9 @@ def java_major_version() -> int:
 def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool = False,
                   shuffle_partitions: int = 2, extra: dict[str, str] | None = None):
     """Return (creating if needed) the process's SparkSession, configured for Moirae."""
+    # Python workers (UDFs, Python data sources) must run this interpreter, with its
+    # packages, not whatever `python3` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     major = java_major_version()
     if major < 17:
         raise JavaMissing(f"Spark 4 needs Java 17+, found Java {major}")

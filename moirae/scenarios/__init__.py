@@ -1,0 +1,15 @@
+"""Built-in scenarios for ``moirae run``: each registers its sources and deploys the
+paper's example queries on an engine (``deploy(engine, live=...)``)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+SCENARIOS = {"cluster": "moirae.scenarios.cluster", "host": "moirae.scenarios.host"}
+
+
+def deploy(name: str, engine, live: bool = True, progress: bool = True):
+    """Register the scenario's sources and queries on ``engine``; returns its summary."""
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
+    return import_module(SCENARIOS[name]).deploy(engine, live=live, progress=progress)
