@@ -55,6 +55,19 @@ def build_parser() -> argparse.ArgumentParser:
     con.add_argument("--port", type=int, metavar="P", help="TCP port (default: api.port; 0 picks a free one)")
     con.add_argument("--duration", type=_duration, metavar="D", help="stop after D; default: until Ctrl-C")
 
+    rem = sub.add_parser("rematerialize", help="re-process raw archived chunks into a query's event and context streams",
+                         description="Re-process raw archived chunks, in batch on Spark, into the event and context "
+                                     "streams of an event-query of the configured scenario (M 4.2). Idempotent: a "
+                                     "chunk's materialization is replaced, never duplicated; --resume skips chunks "
+                                     "already materialized.")
+    rem.add_argument("--query", required=True, metavar="Q", help="the event-query, e.g. overload")
+    rem.add_argument("--since", type=_time, metavar="T", help="oldest event time (ISO 8601, with zone)")
+    rem.add_argument("--until", type=_time, metavar="T", help="newest event time, exclusive (ISO 8601)")
+    rem.add_argument("--resume", action="store_true", help="skip chunks already materialized")
+    rem.add_argument("--batch", type=_tickets, default=24, metavar="N", help="chunks per Spark job (default 24)")
+    rem.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
+    rem.add_argument("--scenario", choices=["cluster", "host"], help="whose queries (default: from config)")
+
     for name, what in (("cancel", "cancel every recall task of an event"),
                        ("accelerate", "give every recall task of an event more tickets")):
         sp = sub.add_parser(name, help=f"{what} (through the running engine's HTTP API)",
@@ -67,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
         sp.add_argument("--json", action="store_true", help="print the API's answer as one JSON object")
     return p
+
+
+def _time(text: str):
+    from datetime import datetime
+
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if t.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"time needs a zone (e.g. {text}Z): {text!r}")
+    return t
 
 
 def _tickets(text: str) -> int:

@@ -8,8 +8,9 @@ from importlib import import_module
 SCENARIOS = {"cluster": "moirae.scenarios.cluster", "host": "moirae.scenarios.host"}
 
 
-def deploy(name: str, engine, live: bool = True, progress: bool = True):
-    """Register the scenario's sources and queries on ``engine``; returns its summary."""
+def deploy(name: str, engine, live: bool = True, progress: bool = True, materialize: bool = True):
+    """Register the scenario's sources and queries on ``engine``; returns its summary.
+    ``materialize`` re-creates the history of its event-queries first (resumable)."""
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
-    return import_module(SCENARIOS[name]).deploy(engine, live=live, progress=progress)
+    return import_module(SCENARIOS[name]).deploy(engine, live=live, progress=progress, materialize=materialize)

@@ -52,7 +52,8 @@ def load_history(engine, scenario: ClusterScenario, progress: bool = True) -> in
     return rows
 
 
-def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str | Path | None = None) -> dict:
+def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str | Path | None = None,
+           materialize: bool = True) -> dict:
     path = Path(scenario_file or DEFAULT_FILE).resolve()
     cfg = load_cluster_config(path)
     scenario = ClusterScenario(cfg)
@@ -62,9 +63,11 @@ def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str 
         df = (spark.readStream.format(FORMAT).option("config", str(path)).option("stream", stream).load()
               .drop("ingest_ts"))
         engine.source(stream, df, ts="ts", lateness="1 minute", indexes=INDEXES[stream])
-    loaded = load_history(engine, scenario, progress)
+    loaded = load_history(engine, scenario, progress) if live or materialize else 0
     deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
     done = []
+    if not materialize:
+        return {"scenario": "cluster", "file": str(path), "history_rows_loaded": loaded}
     with _progress() as bar:
         task = bar.add_task("materializing past overloads", total=None, rate="", visible=progress)
 

@@ -11,7 +11,7 @@ from moirae.scenarios.queries import deploy_queries
 from moirae.sources.host import FORMAT, HOST_STREAMS, register_host_source
 
 
-def deploy(engine, live: bool = True, progress: bool = True) -> dict:
+def deploy(engine, live: bool = True, progress: bool = True, materialize: bool = True) -> dict:
     spark = engine.spark
     register_host_source(spark)
     for stream in HOST_STREAMS:
