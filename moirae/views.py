@@ -69,6 +69,9 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
     record = engine.deploy.events.get(eid)
     if record is None:
         return None
+    # outputs reach the results table's queue before the bus: after a flush, the detail
+    # holds everything a live-stream client has already seen
+    engine.deploy.results.flush(5.0)
     outputs = engine.deploy.results.read(eid)
     results = apply_revisions(outputs)
     for name in _similarity_operators(engine) & set(results):
