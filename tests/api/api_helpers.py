@@ -22,7 +22,7 @@ def add_event(engine, eid: str, minutes: float, sid: str = "s0", submit: bool = 
     return rec
 
 
-def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
+def wait_for(cond, timeout: float = 60.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()

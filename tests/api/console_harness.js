@@ -44,7 +44,7 @@ global.EventSource = class {
 };
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 async function until(f, what) {
-  for (let i = 0; i < 400; i++) { const v = f(); if (v) return v; await sleep(50); }
+  for (let i = 0; i < 1200; i++) { const v = f(); if (v) return v; await sleep(50); }
   throw new Error('timed out: ' + what);
 }
 (async () => {
