@@ -170,8 +170,7 @@ def main(argv=None) -> None:
                 query = arch.prepare(QUERY)
                 conn = arch.connect()
                 conn.autocommit = True
-                for sid in sids:  # warm the cache for this layout
-                    retrieve(arch, query, conn, chunk_ids, sid, ks[-1])
+                retrieve(arch, query, conn, chunk_ids, sids[0], ks[-1])  # warm the cache for this layout
                 for k in ks:
                     per_sid = []
                     for sid in sids:
