@@ -88,6 +88,7 @@ def summary(engine, alerts: int) -> dict:
 @command("run")
 def run(args) -> int:
     from moirae import Engine
+    from moirae.api import ApiError
     from moirae.api.server import serve
     from moirae.scenarios import deploy
 
@@ -102,9 +103,13 @@ def run(args) -> int:
         print(f"moirae: deployed {json.dumps(info, default=str)}", flush=True)
         printer = AlertPrinter(engine).start()
         engine.start()
-        server = serve(engine)
-        print(f"moirae: API and console on {server.url}  (Ctrl-C to stop)" if args.duration is None else
-              f"moirae: API and console on {server.url}; streaming for {args.duration:g}s", flush=True)
+        try:
+            server = serve(engine)
+            where = f"API and console on {server.url}"
+        except ApiError as exc:  # e.g. the port is taken: monitoring goes on without the API
+            where = f"no API ({exc})"
+        print(f"moirae: {where}; " + ("Ctrl-C to stop" if args.duration is None else
+                                      f"streaming for {args.duration:g}s"), flush=True)
         try:
             engine.run_for(args.duration)
         except KeyboardInterrupt:

@@ -48,3 +48,28 @@ def expected_events(frame: pd.DataFrame) -> set[str]:
     g = g[g["bw"] > THRESHOLD]
     end = g["win"] + pd.Timedelta(minutes=5) - pd.Timedelta(microseconds=1)
     return {f"ov:{s}:{t.strftime('%Y%m%d%H%M%S')}" for s, t in zip(g["sid"], end, strict=True)}
+
+
+def users_history(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Logged-in users per server, one snapshot per minute: while a server is overloaded
+    its planted cause is logged in ('backup' on s0 and s1, 'miner' on s2), 'alice' is on
+    everywhere, 'bob' on s0 only."""
+    minutes = pd.date_range(metrics["ts"].min().floor("min"), metrics["ts"].max(), freq="1min", tz="UTC")
+    hot = metrics.assign(m=metrics["ts"].dt.floor("min")).groupby(["sid", "m"])["bw"].max() > 80
+    rows = []
+    for t in minutes:
+        for sid in ("s0", "s1", "s2"):
+            rows.append((t, sid, "alice"))
+            if sid == "s0":
+                rows.append((t, sid, "bob"))
+            if hot.get((sid, t), False):
+                rows.append((t, sid, "miner" if sid == "s2" else "backup"))
+    return pd.DataFrame(rows, columns=["ts", "sid", "user"])
+
+
+def users_context(events, users):
+    """M fig. 3: the users logged in on the event's server in the 5 minutes before it."""
+    e, u = events.alias("e"), users.alias("u")
+    cond = ((F.col("e.sid") == F.col("u.sid")) & (F.col("u.ts") <= F.col("e.ts"))
+            & (F.col("u.ts") > F.col("e.ts") - F.expr("INTERVAL 5 MINUTES")))
+    return e.join(u, cond).select(F.col("e.eid").alias("eid"), F.col("e.ts").alias("ts"), "u.user").distinct()

@@ -1,0 +1,96 @@
+"""A contextual hybrid query deployed on a running engine (M 3.4, 4.2): its recent
+history is materialized by the replica, and the first Similarity Recall returns past
+events from before it was deployed, with their contexts."""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import pytest
+import scenario_small as sc
+
+from moirae import Engine
+from recall.api import OutputKind
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+
+USERS_SCHEMA = "ts timestamp, sid string, user string"
+
+
+def wait(cond, timeout=240, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _csv(frame, path):
+    frame.assign(ts=frame["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(path, index=False, header=False)
+
+
+def test_deployed_while_running_recalls_past_similar_events(spark, pg, tmp_path, monkeypatch):
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    m_dir, u_dir = tmp_path / "m", tmp_path / "u"
+    m_dir.mkdir()
+    u_dir.mkdir()
+    hist = sc.history()
+    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "recent_chunks": 20},
+                                recall={"feedback_period": 100})
+    try:
+        m = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(m_dir))
+        u = spark.readStream.schema(USERS_SCHEMA).option("maxFilesPerTrigger", 1).csv(str(u_dir))
+        engine.source("metrics", m, ts="ts", lateness="30 seconds", indexes=[("sid",)])
+        engine.source("users", u, ts="ts", lateness="30 seconds", indexes=[("sid",)])
+        engine.archiver.append("metrics", -1, hist, bulk=True)
+        engine.archiver.append("users", -1, sc.users_history(hist), bulk=True)
+        engine.archiver.age()
+        engine.start()  # running, with no query yet
+
+        engine.event_query("overload", sc.overload, inputs=["metrics"])
+        engine.context_query("overload", sc.users_context, inputs=["users"], name="users", window="5m")
+        engine.similarity_recall("overload", k=3, name="similar")
+        past = sc.expected_events(hist)
+        with pg.connection() as conn, conn.cursor() as cur:
+            def materialized():
+                cur.execute("SELECT count(DISTINCT eid) FROM ev_overload WHERE _batch < 0")
+                return cur.fetchone()[0] >= len(past)
+            wait(materialized, what="the replica to materialize past overloads")
+
+        sub = engine.deploy.manager.bus.subscribe()
+        live = [p.copy() for p in sc.live()]
+        users_live = sc.users_history(pd.concat(live))
+        for i, part in enumerate(live):
+            _csv(part, m_dir / f"p{i}.csv")
+        _csv(users_live, u_dir / "u0.csv")
+        want = sc.expected_events(pd.concat(live))
+        wait(lambda: {e.eid for e in engine.deploy.events.list(limit=50)} >= want, what="live events")
+        eid = sorted(want)[0]
+        wait(lambda: any(t.eid == eid and t.operator == "similar" and t.state.value in ("done", "suspended")
+                         for t in engine.deploy.manager.tasks()), what="similarity task")
+        items = [i for i in sub.drain() if not isinstance(i, dict) and i.eid == eid and i.operator == "similar"]
+        record = engine.deploy.events.get(eid)
+    finally:
+        engine.close()
+
+    assert {"user": "backup"} in record.context  # the live overload carries the planted cause
+    inserts = [o for o in items if o.kind is OutputKind.INSERT and o.key != "__status__"]
+    assert inserts, "Similarity Recall returned no past event"
+    held = {}
+    for o in items:
+        if o.key == "__status__":
+            continue
+        if o.kind is OutputKind.INSERT:
+            held[o.key] = o.row
+        elif o.kind is OutputKind.DELETE:
+            held.pop(o.key)
+    assert 0 < len(held) <= 3
+    # From before the query was deployed, and the ones sharing the live event's cause:
+    # the s1 overloads ('backup'), not the s2 ones ('miner').
+    assert set(held) <= {e for e in past if e.split(":")[1] == "s1"}
+    for row in held.values():
+        assert {"user": "backup"} in row["context"]
+        assert row["score"] > 0
