@@ -68,7 +68,9 @@ def source_ids(stream: str, frame: pd.DataFrame, columns: Sequence[tuple[str, Co
         elif ctype is ColumnType.BOOLEAN:
             hashed = hash4(s.fillna(False).astype(bool).to_numpy().astype(np.uint32), h)
         elif ctype is ColumnType.DOUBLE:
-            d = s.astype("float64").to_numpy(na_value=0.0).copy()
+            # NA -> NaN (masked below); a nullable Float64's NaN *value* must stay NaN, not
+            # become 0.0 (to_numpy(na_value=0.0) would fold it, unlike Spark)
+            d = s.to_numpy(dtype="float64", na_value=np.nan).copy()
             d[d == 0.0] = 0.0  # fold -0.0 into 0.0, as Spark does
             bits = d.view(np.uint64).copy()
             bits[np.isnan(d)] = np.uint64(0x7FF8000000000000)  # Java's canonical NaN
