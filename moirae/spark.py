@@ -59,6 +59,10 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.ui.showConsoleProgress", "false")
+        # Spark matches a failed foreachBatch's (long) Python traceback against a regex
+        # when a streaming query stops mid-batch; with the default 512 KB thread stack
+        # java.util.regex recurses into a StackOverflowError. A larger stack lets it finish.
+        .config("spark.driver.extraJavaOptions", "-Xss16m")
     )
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)

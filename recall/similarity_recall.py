@@ -58,14 +58,17 @@ class SimilarityRecall:
     (returned, not compared), ``event_stream`` the archived events (default
     ``ev_<event>``). ``numeric`` declares numeric attributes (name -> NumericSpec, or a
     list of names with default specs). Unbounded by default: the task suspends every
-    ``feedback_period`` chunks for user feedback (M 4.4).
+    ``feedback_period`` chunks for user feedback (M 4.4). ``exclude_recent`` leaves out
+    past events less than that long before the new one (e.g. earlier alerts of the same
+    ongoing incident, which are similar but tell the operator nothing new).
     """
 
     def __init__(self, name: str, *, event: str, store: ChunkStore, context_streams: Sequence[str],
                  k: int = 5, surrounding_streams: Sequence[str] = (), event_stream: str | None = None,
                  numeric: Mapping[str, NumericSpec] | Iterable[str] = (), tickets: int = 100,
                  feedback_period: int | None = 20, feedback_timeout: float | None = None,
-                 bound: timedelta | None = None, eid_attr: str = "eid", ts_attr: str = "ts") -> None:
+                 bound: timedelta | None = None, eid_attr: str = "eid", ts_attr: str = "ts",
+                 exclude_recent: timedelta = timedelta(0)) -> None:
         if k < 1:
             raise SimilarityRecallError(f"Similarity Recall {name!r}: k must be >= 1, got {k!r}")
         self.name, self.event, self.k = name, event, k
@@ -78,6 +81,7 @@ class SimilarityRecall:
         self.stats = ContextStatistics(self.config, event_type=event)
         self.tickets, self.feedback_period, self.feedback_timeout = tickets, feedback_period, feedback_timeout
         self.bound, self.eid_attr, self.ts_attr = bound, eid_attr, ts_attr
+        self.exclude_recent = exclude_recent
         self._learned: set[str] = set()
         self._lock = threading.Lock()
         self.rejected: list[tuple[str, str]] = []  # (eid, reason) of contexts refused by learn_event
@@ -164,7 +168,8 @@ class SimilarityRecall:
         state.oldest_chunk = chunk_id
         if rows.empty:
             return []
-        rows = rows[(rows["eid"] != state.spec.eid) & (pd.to_datetime(rows["ts"], utc=True) < state.spec.event_ts)]
+        newest = state.spec.event_ts - self.exclude_recent
+        rows = rows[(rows["eid"] != state.spec.eid) & (pd.to_datetime(rows["ts"], utc=True) < newest)]
         events = rows[rows["part"] == "event"].drop_duplicates("eid")
         if events.empty:
             return []

@@ -61,10 +61,10 @@ class AlertPrinter:
                             for t in rows if t.get("resolution"))
             print(f"  {'similar' if first else '       '} {item.row['past_eid']} (score {item.row['score']:.2f})"
                   f"{'  resolved: ' + res if res else ''}", flush=True)
-        elif item.operator == "norm" and item.kind in (OutputKind.INSERT, OutputKind.UPDATE):
+        elif item.operator == "norm" and item.kind is OutputKind.INSERT:
             r = item.row
             if r.get("mean_bw") is not None and r.get("sd_bw") is not None:
-                print(f"  norm    {item.eid}: mean {r['mean_bw']:.0f} sd {r['sd_bw']:.0f} Mbit/s over "
+                print(f"  norm    {item.eid}: mean {r['mean_bw']:.0f} sd {r['sd_bw']:.0f} Mbit/s (first estimate) over "
                       f"{item.covered.start:%Y-%m-%d %H:%M} .. {item.covered.end:%Y-%m-%d %H:%M}", flush=True)
 
 

@@ -68,4 +68,5 @@ def deploy_queries(engine, threshold: float, incidents: bool = True) -> None:
     if incidents:
         engine.context_query("overload", resolution_surrounding, inputs=["incidents"], name="resolution",
                              window="15m", after="15m", surrounding=True)
-    engine.similarity_recall("overload", k=5, name="similar")
+    # Earlier windows of the same ongoing overload are not "past incidents": skip the last hour.
+    engine.similarity_recall("overload", k=5, name="similar", exclude_recent=timedelta(hours=1))
