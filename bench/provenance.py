@@ -175,6 +175,12 @@ def _markdown(res: dict) -> str:
         lines.append(f"| {name} | {w['input_rows']} | {w['U_s'] / 3600:.3g} h | {t['np']:.0f} | {t['backward']:.0f} | "
                      f"{t['ank1']:.0f} | {t['ankn']:.0f} | {r['ank1']:.3f} | {r['ankn']:.3f} | "
                      f"{w['ankn_equals_ank1_as_sets']} |")
+    noisy = [n for n, w in res["workloads"].items()
+             if w["throughput_rows_per_s"]["np"] < w["throughput_rows_per_s"]["backward"]]
+    if noisy:
+        lines += ["", f"**Noise warning:** in {', '.join(noisy)} the no-provenance run was *slower* than backward "
+                  "provenance, which can only be machine noise (other jobs on the shared CPUs); the ratios of "
+                  "this run do not resolve differences of a few percent."]
     lines += ["", "Provenance latency, mean (max) in multiples of U (A fig. 15):", "",
               "| workload | variant | SINK | SOURCE | EDGE | SINK-L | SOURCE-L | items before 1st watermark (left out) |",
               "|---|---|---|---|---|---|---|---|"]
