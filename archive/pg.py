@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,7 +36,9 @@ def embedded_dsn(data_dir: str | os.PathLike) -> str:
     pgdata = Path(data_dir).resolve() / "pg"
     pgdata.mkdir(parents=True, exist_ok=True)
     try:
-        server = pgserver.get_server(str(pgdata), cleanup_mode=None)
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            server = pgserver.get_server(str(pgdata), cleanup_mode=None)
     except Exception as exc:
         raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
     return server.get_uri()

@@ -68,6 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
     rem.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
     rem.add_argument("--scenario", choices=["cluster", "host"], help="whose queries (default: from config)")
 
+    rp = sub.add_parser("replay", help="replay a CSV/Parquet file into the archive, reproducibly out of order",
+                        description="Replay FILE into the archive under --stream, delaying a fraction of its rows "
+                                    "(reproducible out-of-order delivery, DEBS'19), or --analyze its disorder.")
+    rp.add_argument("file", metavar="FILE", help="a .csv or .parquet file with an event-time column")
+    rp.add_argument("--ts-col", required=True, metavar="C", help="the event-time column")
+    rp.add_argument("--ts-unit", choices=["s", "ms", "us", "ns"], help="unit of a numeric event-time column")
+    rp.add_argument("--out-of-order", type=float, default=0.0, metavar="PCT", help="percent of rows delayed (0-100)")
+    rp.add_argument("--min-delay", type=float, default=0.0, metavar="MS", help="minimum delay of a delayed row")
+    rp.add_argument("--max-delay", type=float, default=2000.0, metavar="MS", help="maximum delay of a delayed row")
+    rp.add_argument("--distribution", default="uniform", metavar="D", help="uniform, exponential or normal")
+    rp.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (same seed, same output)")
+    rp.add_argument("--speedup", type=_speedup, default="max", metavar="X",
+                    help="scenario seconds per wall second, or max (default)")
+    rp.add_argument("--stream", default="replay", metavar="NAME", help="archive stream name (default: replay)")
+    rp.add_argument("--analyze", action="store_true", help="only measure the file's disorder; write nothing")
+    rp.add_argument("--json", action="store_true", help="print one JSON object")
+    rp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
+
     for name, what in (("cancel", "cancel every recall task of an event"),
                        ("accelerate", "give every recall task of an event more tickets")):
         sp = sub.add_parser(name, help=f"{what} (through the running engine's HTTP API)",
@@ -80,6 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
         sp.add_argument("--json", action="store_true", help="print the API's answer as one JSON object")
     return p
+
+
+def _speedup(text: str):
+    if text == "max":
+        return text
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"speedup must be a positive number or max, got {text!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"speedup must be a positive number or max, got {text!r}")
+    return x
 
 
 def _time(text: str):
