@@ -41,6 +41,7 @@ class _Source:
     lateness: str
     payload: list[str]
     query: Any = None
+    last_watermark: datetime | None = None
 
 
 class Engine:
@@ -187,6 +188,8 @@ class Engine:
 
     def stop(self) -> None:
         self._stop.set()
+        for name in self._sources:
+            self.watermark(name)  # remember the last watermarks before the queries go
         self.deploy.stop()
         for src in self._sources.values():
             if src.query is not None:
@@ -206,15 +209,18 @@ class Engine:
     # -- maintenance -----------------------------------------------------------------
 
     def watermark(self, name: str) -> datetime | None:
-        """The source's current watermark from its streaming query's progress."""
+        """The source's current watermark from its streaming query's progress (the last
+        one seen, once the query has stopped)."""
         src = self._sources.get(name)
-        if src is None or src.query is None or src.query.lastProgress is None:
+        if src is None:
             return None
-        wm = (src.query.lastProgress.get("eventTime") or {}).get("watermark")
-        if not wm:
-            return None
-        ts = datetime.fromisoformat(wm.replace("Z", "+00:00"))
-        return ts if ts.year > 1970 else None
+        if src.query is not None and src.query.lastProgress is not None:
+            wm = (src.query.lastProgress.get("eventTime") or {}).get("watermark")
+            if wm:
+                ts = datetime.fromisoformat(wm.replace("Z", "+00:00"))
+                if ts.year > 1970 and (src.last_watermark is None or ts > src.last_watermark):
+                    src.last_watermark = ts
+        return src.last_watermark
 
     def maintain_once(self) -> None:
         """Move each source stream's expiry horizon, then demote and age chunks

@@ -132,6 +132,8 @@ def test_rematerialize_twice_and_resume(spark, pg, tmp_path, monkeypatch):
         total = len(engine.archiver.chunks("metrics"))
         assert len(resumed) == total - 2
         rematerialize(engine, "overload")  # a full re-run replaces, never duplicates
+        tagged = materialized_chunks(engine.archiver, "metrics", tag_of("overload"))
+        all_chunks = {c.chunk_id for c in engine.archiver.chunks("metrics")}
     finally:
         engine.close()
     with pg.connection() as conn, conn.cursor() as cur:
@@ -139,5 +141,4 @@ def test_rematerialize_twice_and_resume(spark, pg, tmp_path, monkeypatch):
         counts = dict(cur.fetchall())
     assert set(counts) == sc.expected_events(hist)
     assert set(counts.values()) == {1}
-    assert materialized_chunks(engine.archiver, "metrics", tag_of("overload")) == \
-        {c.chunk_id for c in engine.archiver.chunks("metrics")}
+    assert tagged == all_chunks
