@@ -286,7 +286,9 @@ def markdown(res: dict, name: str) -> str:
     s = res["summary"]
 
     def line(label: str, a: dict) -> str:
-        return (f"| {label} | {a['incidents']} | **{a['tfidf']:.3f}** | {a['same_kind']:.3f} | {a['jaccard']:.3f} "
+        best = max(a[m] for m in METHODS)
+        cell = {m: f"**{a[m]:.3f}**" if a[m] == best else f"{a[m]:.3f}" for m in METHODS}
+        return (f"| {label} | {a['incidents']} | {cell['tfidf']} | {cell['same_kind']} | {cell['jaccard']} "
                 f"| {a['ceiling']:.3f} | {a['tfidf_hit1']:.2f} / {a['same_kind_hit1']:.2f} / {a['jaccard_hit1']:.2f} |")
 
     table = ["| incidents | n | TF-IDF p@5 | same kind p@5 | Jaccard p@5 | ceiling | hit@1 (TF-IDF / kind / Jacc.) |",
@@ -306,7 +308,7 @@ Cluster scenario, {res['days']} days, {res['servers']} servers: {res['incidents'
 {res['evaluated']} ranked after a warm-up of {WARMUP}, in time order, each learned into the statistics
 first (M 3.5); earlier incidents on the same server within 1 hour excluded. Context = users and
 processes on the server within 2 minutes before the incident (M fig. 3). precision@5 of "same root
-cause" (planted `cause`); *ceiling* = min(5, earlier same-cause incidents)/5.
+cause" (planted `cause`), best of the three in bold; *ceiling* = min(5, earlier same-cause incidents)/5.
 
 {chr(10).join(table)}
 
