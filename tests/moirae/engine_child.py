@@ -1,0 +1,44 @@
+"""A child process running the small scenario's engine, for the SIGKILL recovery test.
+
+Usage: python engine_child.py DATA_DIR DSN SCHEMA FOLDER SECONDS
+Runs the overload event-query with a slow Recall (so tasks are open when killed) over
+CSV files in FOLDER for SECONDS (or until killed), printing "EVENTS n" as events come.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import timedelta
+
+import scenario_small as sc
+from pyspark.sql import functions as F  # noqa: F401  (the scenario's functions use it)
+
+from moirae import Engine
+
+SLOW_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n, max(pg_sleep(0.4)::text) AS slept "
+            "FROM metrics h WHERE h.sid = :sid GROUP BY h.sid")
+
+
+def main(data_dir: str, dsn: str, schema: str, folder: str, seconds: float) -> None:
+    engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m"},
+                                recall={"feedback_period": 100, "max_concurrent": 1})
+    df = engine.spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(folder)
+    engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
+    if not engine.archiver.batch_ids("metrics"):
+        engine.archiver.append("metrics", -1, sc.history(), bulk=True)
+    engine.event_query("overload", sc.overload, inputs=["metrics"])
+    engine.recall("overload", SLOW_SQL, name="slow", bound=timedelta(hours=3))
+    engine.start()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        print(f"EVENTS {len(engine.deploy.events.list(limit=1000))} OPEN {len(engine.deploy.manager.open_events())}",
+              flush=True)
+        time.sleep(0.5)
+    engine.close()
+    print("CLOSED", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
