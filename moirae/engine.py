@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from archive import Archiver, Database, RetentionPolicy
-from archive.pg import ENV_DSN, embedded_dsn
 from archive.spark_sink import archive_batches, prepare_batch, spec_from_spark_schema
 from moirae import config as config_mod
 from moirae.config import Settings
 from moirae.deploy import DeployManager
 from moirae.spark import spark_session
+from moirae.store import database_dsn
 from scheduler.errors import MoiraeError
 
 
@@ -51,7 +51,7 @@ class Engine:
         self.settings = settings or config_mod.load()
         self.data_dir = Path(self.settings.data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        dsn = os.environ.get(ENV_DSN) or self.settings.postgres.dsn or embedded_dsn(self.data_dir)
+        dsn = database_dsn(self.settings)
         self.db = Database(dsn, schema=self.settings.postgres.schema)
         self.archiver = Archiver(self.db, self.settings.archive.settings())
         self._spark = None

@@ -12,14 +12,13 @@ engine in another process and publishes them on ``deploy.bus``.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from datetime import datetime, timedelta
 
 from ananke.store import GraphStore
 from archive import Archiver, Database
-from archive.pg import ENV_DSN, embedded_dsn
 from moirae.events import EventLog, EventRecord
+from moirae.store import database_dsn
 from recall.api import Interval, Output, OutputKind
 from recall.outputs import TABLE, Bus, ResultsTable
 
@@ -66,7 +65,7 @@ class ReadOnlyEngine:
 
     def __init__(self, settings, poll: float | None = 1.0) -> None:
         self.settings = settings
-        dsn = os.environ.get(ENV_DSN) or settings.postgres.dsn or embedded_dsn(settings.data_dir)
+        dsn = database_dsn(settings)
         self.db = Database(dsn, schema=settings.postgres.schema)
         self.archiver = Archiver(self.db, settings.archive.settings())
         self.deploy = _Deploy(self.db)

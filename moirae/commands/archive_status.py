@@ -8,15 +8,10 @@ from moirae.status_view import render_status
 
 @command("archive status")
 def archive_status(args) -> int:
-    from archive import Archiver, Database
-    from archive.pg import ENV_DSN, embedded_dsn
     from moirae import config
+    from moirae.store import open_archiver
 
-    settings = config.load(args.config)
-    import os
-
-    dsn = os.environ.get(ENV_DSN) or settings.postgres.dsn or embedded_dsn(settings.data_dir)
-    archiver = Archiver(Database(dsn, settings.postgres.schema), settings.archive.settings())
+    archiver = open_archiver(config.load(args.config))
     try:
         status = archiver.status()
     finally:

@@ -61,15 +61,10 @@ def replay_cmd(args) -> int:
                           min_delay_ms=args.min_delay, max_delay_ms=args.max_delay, distribution=args.distribution,
                           seed=args.seed, speedup=args.speedup)
     replay = replay_file(args.file, config)  # validates everything before the archive is touched
-    import os
-
-    from archive import Archiver, Database
-    from archive.pg import ENV_DSN, embedded_dsn
     from moirae import config as config_mod
+    from moirae.store import open_archiver
 
-    settings = config_mod.load(args.config)
-    dsn = os.environ.get(ENV_DSN) or settings.postgres.dsn or embedded_dsn(settings.data_dir)
-    archiver = Archiver(Database(dsn, settings.postgres.schema), settings.archive.settings())
+    archiver = open_archiver(config_mod.load(args.config))
     try:
         result = replay_into(archiver, args.stream, replay, config.speedup)
     finally:

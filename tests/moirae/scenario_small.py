@@ -3,6 +3,8 @@ bulk plus a live part in CSV files, and the bandwidth-overload event-query (M fi
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pandas as pd
 from pyspark.sql import functions as F
@@ -73,3 +75,13 @@ def users_context(events, users):
     cond = ((F.col("e.sid") == F.col("u.sid")) & (F.col("u.ts") <= F.col("e.ts"))
             & (F.col("u.ts") > F.col("e.ts") - F.expr("INTERVAL 5 MINUTES")))
     return e.join(u, cond).select(F.col("e.eid").alias("eid"), F.col("e.ts").alias("ts"), "u.user").distinct()
+
+
+def wait(cond, timeout: float = 240, what: str = "condition") -> None:
+    """Poll ``cond`` until it holds, or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -35,13 +35,7 @@ def make_engine(tmp_path, pg, monkeypatch, spark, folder, **overrides):
     return engine
 
 
-def wait(cond, timeout=240, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+wait = sc.wait
 
 
 def test_overload_events_recall_and_materialized_history(spark, pg, tmp_path, monkeypatch):

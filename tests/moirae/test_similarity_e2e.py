@@ -4,8 +4,6 @@ events from before it was deployed, with their contexts."""
 
 from __future__ import annotations
 
-import time
-
 import pandas as pd
 import pytest
 import scenario_small as sc
@@ -18,13 +16,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 USERS_SCHEMA = "ts timestamp, sid string, user string"
 
 
-def wait(cond, timeout=240, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+wait = sc.wait
 
 
 def _csv(frame, path):
