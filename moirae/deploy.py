@@ -26,6 +26,7 @@ from moirae.events import EventLog, EventRecord
 from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
 from moirae.live import EventFlow
 from moirae.materialize import ReplicaOperator, raw_chunks, replica_event
+from moirae.persist import load_similarity, save_similarity
 from recall.api import OutputKind
 from recall.manager import RecallManager
 from recall.operator import Recall
@@ -156,6 +157,9 @@ class DeployManager:
                               context_streams=[context_stream(event, c.name) for c in cqs if not c.surrounding],
                               surrounding_streams=[context_stream(event, c.name) for c in cqs if c.surrounding],
                               k=k or self.engine.settings.similarity.k, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
+        snap = load_similarity(self.engine.db, name)
+        if snap is not None:
+            op.restore(snap)  # E and C_k continue from the last run (M 3.5)
         self.manager.register(op)
         self.operators[event].append(name)
         self.ops[name] = op
@@ -186,10 +190,17 @@ class DeployManager:
         for flow in self.flows.values():
             flow.stop()
 
+    def save_state(self) -> None:
+        """Persist what must survive a restart besides the archive (similarity statistics)."""
+        for name, op in self.ops.items():
+            if hasattr(op, "snapshot"):
+                save_similarity(self.engine.db, name, op.snapshot())
+
     def close(self) -> None:
         self.stop()
         self.manager.close()
         self.results.close()
+        self.save_state()
 
     def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
         """New events from a live batch: contexts, the event log, recall submission."""

@@ -19,11 +19,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from archive import Archiver, Database, RetentionPolicy
+from archive import Archiver, Contributing, Database, RetentionPolicy
 from archive.spark_sink import archive_batches, prepare_batch, spec_from_spark_schema
 from moirae import config as config_mod
 from moirae.config import Settings
 from moirae.deploy import DeployManager
+from moirae.persist import contributing_view
 from moirae.spark import spark_session
 from moirae.store import database_dsn
 from scheduler.errors import MoiraeError
@@ -236,6 +237,10 @@ class Engine:
             if wm is not None:
                 self.archiver.demote(wm + flow.U, [flow.stream])
         self.archiver.age()
+        edges = [f.graph.e for f in self.deploy.flows.values() if f.graph is not None]
+        view = contributing_view(self.db, edges)
+        self.archiver.apply_retention(Contributing(view, "source_id") if view else None)
+        self.deploy.save_state()
 
     def _maintain(self) -> None:
         period = self.settings.archive.maintenance_interval.total_seconds()

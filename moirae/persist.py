@@ -1,0 +1,52 @@
+"""Engine state kept in PostgreSQL besides the archive: the similarity statistics of each
+Similarity Recall (M 3.5: "computed incrementally"; restored on restart, so E and C_k
+keep counting from where they were), and the view of every provenance edge that the
+``contributing_only`` retention policy keeps tuples by."""
+
+from __future__ import annotations
+
+import json
+
+from archive.names import quote
+
+DDL = """
+CREATE TABLE IF NOT EXISTS moirae_similarity_state (
+    operator   text PRIMARY KEY,
+    version    int NOT NULL,
+    snapshot   jsonb NOT NULL,
+    saved_at   timestamptz NOT NULL DEFAULT now()
+);
+"""
+STATE_VERSION = 1
+CONTRIBUTING_VIEW = "moirae_contributing"
+
+
+def save_similarity(db, name: str, snapshot: dict) -> None:
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute(DDL)
+        cur.execute("INSERT INTO moirae_similarity_state (operator, version, snapshot) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (operator) DO UPDATE SET version = EXCLUDED.version, snapshot = EXCLUDED.snapshot, "
+                    "saved_at = now()", (name, STATE_VERSION, json.dumps(snapshot)))
+
+
+def load_similarity(db, name: str) -> dict | None:
+    """The saved snapshot, or None; a snapshot of another version is refused loudly."""
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute(DDL)
+        cur.execute("SELECT version, snapshot FROM moirae_similarity_state WHERE operator = %s", (name,))
+        row = cur.fetchone()
+    if row is None:
+        return None
+    if row[0] != STATE_VERSION:
+        raise ValueError(f"similarity state of {name!r} has version {row[0]}, this engine reads {STATE_VERSION}")
+    return row[1]
+
+
+def contributing_view(db, edge_tables: list[str]) -> str | None:
+    """(Re)create the view of every source id with a provenance edge; None without edges."""
+    if not edge_tables:
+        return None
+    union = " UNION ALL ".join(f"SELECT source_id FROM {quote(t)}" for t in edge_tables)
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE OR REPLACE VIEW {CONTRIBUTING_VIEW} AS {union}")
+    return CONTRIBUTING_VIEW
