@@ -218,6 +218,19 @@ def where_time_goes(queries) -> dict:
     return out
 
 
+def retry(fn, what: str, attempts: int = 6):
+    """``fn()``, again when a Python data source worker missed Spark's connect-back
+    timeout (a loaded machine); any other failure is raised."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except RuntimeError as exc:
+            if "connect back" not in str(exc) or attempt == attempts - 1:
+                raise
+            print(f"{what}: attempt {attempt + 1} failed ({str(exc)[:120]}), retrying", flush=True)
+    raise AssertionError("unreachable")
+
+
 def wait_done(queries, until_ns: int, timeout: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -286,6 +299,32 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             for q in queries:
                 q.stop()
 
+    def engine_config(config: str):
+        engine = b.engine(config, **overrides)
+        spark = engine.spark
+        register_cluster_source(spark)
+        for stream in STREAMS:
+            engine.source(stream, source(spark, stream, until), ts="ts", lateness="1 minute",
+                          indexes=INDEXES[stream])
+        if config == "full":
+            from moirae.materialize import rematerialize
+
+            load_history(engine, scenario, progress=False)
+            deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
+            rematerialize(engine, "overload", resume=True, batch=48)
+        t0 = time.monotonic()
+        engine.start()
+        queries = [src.query for src in engine._sources.values()]
+        queries += [f.streaming for f in engine.deploy.flows.values()]
+        try:
+            secs = wait_done(queries, until_ns, 1800) - t0
+            phases = where_time_goes(queries)
+            events = sum(f.events_seen for f in engine.deploy.flows.values())
+            tasks = len([t for t in engine.deploy.manager.tasks() if not t.operator.startswith("replica_")])
+        finally:
+            engine.close()
+        return secs, events if config == "full" else None, tasks if config == "full" else None, phases
+
     phases: dict = {}
     warm_ns = start_ns + 3600 * 10**9  # one discarded hour: JVM classes, Python workers
     for attempt in range(3):  # a cold Python worker may miss Spark's 10 s connect-back on a loaded machine
@@ -297,31 +336,9 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
     for config in ("plain", "archive", "full"):
         phases = {}
         if config == "plain":
-            secs = plain(until, until_ns)
+            secs = retry(lambda: plain(until, until_ns), "throughput plain")
         else:
-            engine = b.engine(config, **overrides)
-            spark = engine.spark
-            register_cluster_source(spark)
-            for stream in STREAMS:
-                engine.source(stream, source(spark, stream, until), ts="ts", lateness="1 minute",
-                              indexes=INDEXES[stream])
-            if config == "full":
-                from moirae.materialize import rematerialize
-
-                load_history(engine, scenario, progress=False)
-                deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
-                rematerialize(engine, "overload", resume=True, batch=48)
-            t0 = time.monotonic()
-            engine.start()
-            queries = [src.query for src in engine._sources.values()]
-            queries += [f.streaming for f in engine.deploy.flows.values()]
-            try:
-                secs = wait_done(queries, until_ns, 1800) - t0
-                phases = where_time_goes(queries)
-                events = sum(f.events_seen for f in engine.deploy.flows.values())
-                tasks = len([t for t in engine.deploy.manager.tasks() if not t.operator.startswith("replica_")])
-            finally:
-                engine.close()
+            secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
         out["configs"][config] = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1),
                                   "phases_ms": phases}
         if config == "full":
@@ -438,7 +455,7 @@ def main(argv=None) -> dict:
         try:
             path = scenario_file(tmp, days=1 if quick else 3, servers=4 if quick else 8, speedup=300)
             tp = throughput(b, path, live_hours, span_s=3600 if quick else 3 * 3600, trigger="100ms")
-            live = live_run(b, path, minutes, sample_s=2.0 if quick else 5.0)
+            live = retry(lambda: live_run(b, path, minutes, sample_s=2.0 if quick else 5.0), "live run")
         finally:
             b.drop_schemas()
     print(json.dumps({k: v for k, v in live.items() if k != "samples"}, indent=1, default=str), flush=True)
