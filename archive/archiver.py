@@ -51,6 +51,7 @@ class Archiver(ChunkStore):
         self.present = PresentCache(self.settings.present_cache_rows)
         self._pool = ThreadedConnectionPool(1, 8, db.dsn, options=_options(db))
         self._lock = threading.RLock()
+        self._append_locks: dict[str, threading.Lock] = {}
         with self._conn() as conn, conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(7340001)")  # one DDL writer at a time
             cur.execute(CATALOG_DDL)
@@ -151,6 +152,15 @@ class Archiver(ChunkStore):
         chunks start in the old tier and are not mirrored in memory (call ``age()``).
         """
         spec = self.stream(stream)
+        with self._stream_lock(stream):  # one writer per stream: the memory mirror follows commit order
+            return self._append(spec, batch_id, data, bulk)
+
+    def _stream_lock(self, stream: str) -> threading.Lock:
+        with self._lock:
+            return self._append_locks.setdefault(stream, threading.Lock())
+
+    def _append(self, spec: StreamSpec, batch_id: int, data, bulk: bool) -> AppendResult:
+        stream = spec.name
         frame = data.to_pandas(types_mapper=_NULLABLE.get) if isinstance(data, pa.Table) else data
         good, dead = split_batch(frame, spec.ts_col, spec.columns, stream)
         if "_sid" not in good.columns:
@@ -169,6 +179,7 @@ class Archiver(ChunkStore):
             tiers_now = self._ensure_chunks(cur, spec, touched, bulk)
             late_per_chunk: dict[int, int] = {}
             rows_per_chunk: dict[int, int] = {}
+            whole: set[int] = set()
             if len(good):
                 ids, counts = np.unique(chunk_ids, return_counts=True)
                 for cid, n in zip(ids.tolist(), counts.tolist(), strict=True):
@@ -178,14 +189,18 @@ class Archiver(ChunkStore):
                 cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
                 types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
                 copy_csv(cur, stream, cols, frame_to_csv(good, types))
-                execute_values(cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "
-                               "FROM (VALUES %s) AS v(stream, cid, n, l) WHERE c.stream = v.stream AND c.chunk_id = v.cid",
-                               [(stream, cid, n, late_per_chunk.get(cid, 0)) for cid, n in rows_per_chunk.items()],
-                               template="(%s, %s::bigint, %s::bigint, %s::bigint)", page_size=1000)
+                totals = execute_values(
+                    cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "
+                    "FROM (VALUES %s) AS v(stream, cid, n, l) WHERE c.stream = v.stream AND c.chunk_id = v.cid "
+                    "RETURNING c.chunk_id, c.rows",
+                    [(stream, cid, n, late_per_chunk.get(cid, 0)) for cid, n in rows_per_chunk.items()],
+                    template="(%s, %s::bigint, %s::bigint, %s::bigint)", page_size=100_000, fetch=True)
+                # A present chunk whose rows are all in this batch can be mirrored whole.
+                whole = {cid for cid, total in totals if total == rows_per_chunk.get(cid)}
             if dead:
                 execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
                                [(stream, batch_id, json.dumps(d.row), d.reason) for d in dead])
-        self._mirror(spec, good, chunk_ids, tiers_now, bulk)
+        self._mirror(spec, good, chunk_ids, tiers_now, bulk, whole)
         newest = good[spec.ts_col].max().to_pydatetime() if len(good) else None
         return AppendResult(stream, batch_id, len(good), sum(late_per_chunk.values()), len(dead), False,
                             tuple(touched), newest)
@@ -222,13 +237,14 @@ class Archiver(ChunkStore):
             out[cid] = Tier(row[0])
         return out
 
-    def _mirror(self, spec, good, chunk_ids, tiers_now, bulk) -> None:
+    def _mirror(self, spec, good, chunk_ids, tiers_now, bulk, whole: set[int]) -> None:
         for cid, tier in tiers_now.items():
             if tier is not Tier.PRESENT or bulk:
                 # a non-present chunk read through present_frame() must not stay stale
                 self.present.invalidate(spec.name, cid)
             else:
-                self.present.add(spec.name, cid, good[chunk_ids == cid].drop(columns=["_batch"]))
+                rows = good[chunk_ids == cid].drop(columns=["_batch"])
+                self.present.add(spec.name, cid, rows, whole=cid in whole)
 
     # -- reads -------------------------------------------------------------------------
 

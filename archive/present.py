@@ -20,12 +20,16 @@ class PresentCache:
         self._frames: dict[tuple[str, int], list[pd.DataFrame]] = {}
         self._lock = threading.Lock()
 
-    def add(self, stream: str, chunk_id: int, frame: pd.DataFrame) -> None:
-        """Mirror rows just committed to a present chunk (no-op if not loaded)."""
+    def add(self, stream: str, chunk_id: int, frame: pd.DataFrame, whole: bool = False) -> None:
+        """Mirror rows just committed to a present chunk. ``whole``: these are all of the
+        chunk's rows (a new chunk), so the copy starts here; otherwise rows are added
+        only to a copy already complete (a chunk not yet loaded is read on demand)."""
         with self._lock:
             frames = self._frames.get((stream, chunk_id))
             if frames is not None:
                 frames.append(frame)
+            elif whole and self._rows_locked() + len(frame) <= self.max_rows:
+                self._frames[(stream, chunk_id)] = [frame]
 
     def invalidate(self, stream: str, chunk_id: int) -> None:
         with self._lock:
@@ -39,11 +43,15 @@ class PresentCache:
                 return _concat(frames)
         frame = load()
         with self._lock:
-            if self.rows() + len(frame) <= self.max_rows:
+            if self._rows_locked() + len(frame) <= self.max_rows:
                 self._frames.setdefault(key, [frame])
         return frame
 
     def rows(self) -> int:
+        with self._lock:
+            return self._rows_locked()
+
+    def _rows_locked(self) -> int:
         return sum(len(f) for frames in self._frames.values() for f in frames)
 
     def bytes(self) -> int:
