@@ -446,8 +446,8 @@ def main(argv=None) -> dict:
     live_hours = args.live_hours or (6.0 if quick else 48.0)
     from moirae.spark import spark_session
 
-    # Python data source planners connect back to the JVM within this timeout (15 s by
-    # default), which a loaded 2-core machine can exceed when four sources start at once.
+    # A longer auth-socket timeout for Python workers on a loaded machine. Spark's own
+    # worker connect-back wait (fixed, ~10 s) is not configurable: `retry` handles it.
     spark_session(extra={"spark.python.authenticate.socketTimeout": "120s"})
     with tempfile.TemporaryDirectory(prefix="moirae-e2e-") as d:
         tmp = Path(d)
