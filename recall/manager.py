@@ -90,6 +90,7 @@ class _Event:
     operators: dict[str, None] = field(default_factory=dict)
     max_seq: int = -1
     closed: bool = False
+    pending: int = 0  # tasks of an ongoing submit() call not yet registered
 
 
 class RecallManager(WorkerLoop, Steering):
@@ -176,7 +177,33 @@ class RecallManager(WorkerLoop, Steering):
         returns the task ids."""
         names = [operators] if isinstance(operators, str) else list(operators)
         descs = [self._description(n) for n in names]
-        return [self._submit(desc.recall_operator.task_for(event), desc) for desc in descs]
+        specs = [desc.recall_operator.task_for(event) for desc in descs]
+        if not specs:
+            return []
+        # All tasks of this call are announced first, so one that ends at once (a failed
+        # first query, an empty archive) cannot close the event before its siblings exist.
+        with self._cond:
+            ev = self._events.get(specs[0].eid)
+            if ev is None or ev.closed:
+                ev = self._events[specs[0].eid] = _Event(specs[0].eid, specs[0].event_ts)
+            ev.pending += len(specs)
+        ids = []
+        try:
+            for i, (spec, desc) in enumerate(zip(specs, descs, strict=True)):
+                try:
+                    ids.append(self._submit(spec, desc, announced=True))
+                except BaseException:
+                    with self._cond:
+                        ev.pending -= len(specs) - i
+                    raise
+        finally:
+            with self._cond:
+                boundary = self._close_if_done(ev)
+                if not ev.tasks and not ev.pending and self._events.get(ev.eid) is ev:
+                    del self._events[ev.eid]  # a refused submission leaves nothing behind
+            if boundary is not None:
+                self._publish_boundary(ev, boundary)
+        return ids
 
     def submit_spec(self, spec: Any) -> str:
         """Schedule a task from a ready :class:`~recall.api.TaskSpec` of a registered
@@ -190,7 +217,7 @@ class RecallManager(WorkerLoop, Steering):
             except KeyError:
                 raise UnknownOperator(f"no recall operator named {name!r} is registered") from None
 
-    def _submit(self, spec: Any, desc: TaskDescription) -> str:
+    def _submit(self, spec: Any, desc: TaskDescription, announced: bool = False) -> str:
         if spec.event_ts.tzinfo is None:
             raise ValueError(f"event {spec.eid!r}: event_ts must be timezone-aware, got {spec.event_ts!r}")
         chunks = plan_chunks(self.store.chunk_ids(spec.query.streams), self.store.grid, spec.event_ts,
@@ -215,6 +242,8 @@ class RecallManager(WorkerLoop, Steering):
             ev = self._events.get(spec.eid)
             if ev is None or ev.closed:
                 ev = self._events[spec.eid] = _Event(spec.eid, spec.event_ts)
+            if announced:
+                ev.pending -= 1
             ev.tasks[task.task_id] = task
             ev.operators[spec.operator] = None
             self._tasks[task.task_id] = task
@@ -251,22 +280,28 @@ class RecallManager(WorkerLoop, Steering):
             ev.tasks[task.task_id] = None
             ev.reasons[task.task_id] = reason.value
             ev.max_seq = max(ev.max_seq, task.max_seq)
-            if all(t is None for t in ev.tasks.values()):
-                ops = sorted(ev.operators)
-                boundary = Output(
-                    operator=",".join(ops), eid=ev.eid, event_ts=ev.event_ts, kind=OutputKind.BOUNDARY,
-                    seq=ev.max_seq + 1, key="", row={"tasks": len(ev.tasks), "ended": dict(ev.reasons)},
-                    covered=None,
-                )
-                ev.closed = True
+            boundary = self._close_if_done(ev)
             task.state = None  # the operator's state is released with the task
             self._cond.notify_all()
         if boundary is not None:
-            self._publish(boundary)
-            with self._cond:
-                if self._events.get(ev.eid) is ev:
-                    del self._events[ev.eid]
-                self._cond.notify_all()
+            self._publish_boundary(ev, boundary)
+
+    def _close_if_done(self, ev: _Event) -> Output | None:
+        """Under the lock: the event's boundary, if every task has ended and no submit()
+        is still adding tasks to it (M 4.6: once all of the event's tasks have ended)."""
+        if ev.closed or ev.pending or not ev.tasks or not all(t is None for t in ev.tasks.values()):
+            return None
+        ev.closed = True
+        return Output(operator=",".join(sorted(ev.operators)), eid=ev.eid, event_ts=ev.event_ts,
+                      kind=OutputKind.BOUNDARY, seq=ev.max_seq + 1, key="",
+                      row={"tasks": len(ev.tasks), "ended": dict(ev.reasons)}, covered=None)
+
+    def _publish_boundary(self, ev: _Event, boundary: Output) -> None:
+        self._publish(boundary)
+        with self._cond:
+            if self._events.get(ev.eid) is ev:
+                del self._events[ev.eid]
+            self._cond.notify_all()
 
     def _emit(self, task: RecallTask, outputs: list[Output]) -> None:
         if not outputs:

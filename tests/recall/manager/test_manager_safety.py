@@ -89,3 +89,24 @@ def test_statement_timeout_fails_the_task_with_the_timeout_named(archive):
         assert wait_until(lambda: not mgr.open_events())
         v = mgr.task(tid)
     assert v.state is TaskStatus.FAILED and "HistoryQueryTimeout" in v.error and "100 ms" in v.error
+
+
+def test_a_task_ending_at_once_does_not_close_its_event_early(archive):
+    """Regression: with two operators in one submit, the first ending immediately (no
+    chunk to read) used to emit the event's boundary before the second task existed,
+    and the second then got a boundary of its own."""
+    from archive import StreamSpec
+
+    archive.register_stream(StreamSpec.build("nothing_here", "ts", {"v": "bigint"}))
+    empty = Recorder(archive, name="empty", sql="SELECT v FROM nothing_here")
+    rec = Recorder(archive)
+    out = Collector()
+    with RecallManager(archive, max_concurrent=2, on_output=out) as mgr:
+        mgr.register(empty)
+        mgr.register(rec)
+        mgr.submit(event("e1", chunk=3, host="a"), ["empty", "rec"])
+        assert wait_until(lambda: not mgr.open_events())
+    boundaries = [o for o in out.of("e1") if o.kind is OutputKind.BOUNDARY]
+    assert len(boundaries) == 1
+    assert boundaries[0].row["tasks"] == 2
+    assert boundaries[0].seq > max(o.seq for o in out.of("e1") if o.kind is not OutputKind.BOUNDARY)
