@@ -80,5 +80,11 @@ def to_spark(spark, frame, spec: StreamSpec, with_ids: bool = False):
     if len(frame) == 0:
         return spark.createDataFrame([], schema)
     cols = [f.name for f in schema.fields]
-    clean = frame[cols].astype(object).where(frame[cols].notna(), None)
+    frame = frame[cols].copy()
+    for c, t in spec.id_columns:
+        if t is ColumnType.TIMESTAMPTZ and getattr(frame[c].dtype, "tz", None) is not None:
+            # naive UTC (the session time zone is UTC): accepted by both the Arrow path and
+            # Spark's row-by-row fallback, which refuses tz-aware pandas timestamps
+            frame[c] = frame[c].dt.tz_convert("UTC").dt.tz_localize(None)
+    clean = frame.astype(object).where(frame.notna(), None)
     return spark.createDataFrame(clean, schema)
