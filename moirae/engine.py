@@ -78,7 +78,10 @@ class Engine:
         return self._spark
 
     def checkpoint_dir(self, name: str) -> Path:
-        return self.data_dir / "checkpoints" / name
+        """Where the streaming query of ``name`` keeps its checkpoint: per database schema
+        and scenario, since a checkpoint only resumes the source it was written for."""
+        s = self.settings
+        return self.data_dir / "checkpoints" / s.postgres.schema / s.scenario / name
 
     # -- sources ---------------------------------------------------------------------
 
