@@ -29,7 +29,7 @@ import pandas as pd
 
 from archive import Archiver, ArchiveSettings, Database, StreamSpec, Tier
 from archive.names import partition_name
-from bench.report import publish
+from bench.report import exit_code, publish, target
 
 ROOT = Path(__file__).resolve().parent.parent
 SPAN = timedelta(hours=1)
@@ -121,7 +121,7 @@ def traditional(conn, sid: int, k: int) -> float:
     return time.perf_counter() - t
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small smoke size (~40 MB)")
     ap.add_argument("--size-mb", type=float, help="archive size (default 1100, quick 40)")
@@ -234,12 +234,21 @@ def main(argv=None) -> None:
                 "half_over_full": ratios, "worst_inside_ratio": worst_inside, "target": 1.1, "met": met,
                 "detail": detail, "reps": reps, "rounds": rounds, "best_of": best_of,
                 "samples_s": samples}
-        publish(name, data, md, fig)
+        publish(name, data, md, fig, targets=targets(data))
         print(md)
+        return exit_code(targets(data))
     finally:
         if not args.keep:
             db.drop_schema()
 
 
+def targets(data: dict) -> list[dict]:
+    """DESIGN §7 (M fig. 7): recent half indexed costs <= 1.1x the fully indexed archive for k inside it."""
+    w = data["worst_inside_ratio"]
+    return [target(f"Moirae fig. 7: half / fully indexed, k inside the indexed half "
+                   f"({data['archive']['chunks']} chunks)", "<= 1.1x", "-" if w is None else f"{w:.2f}x (worst k)",
+                   w is not None and w <= 1.1)]
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

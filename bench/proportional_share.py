@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
 
-from bench.report import publish
+from bench.report import exit_code, publish, target
 from scheduler import ManualClock, SchedulerConfig, StrideScheduler, absolute_error, relative_error
 
 
@@ -193,7 +193,7 @@ def figure(results: list[dict]):
     return fig
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small smoke size")
     args = ap.parse_args(argv)
@@ -267,10 +267,20 @@ def main(argv: list[str] | None = None) -> dict:
         "workloads": [{k: v for k, v in r.items() if k != "_runs"} for r in results],
         "overhead": cost,
     }
-    publish(name, data, "\n".join(md), figure=fig)
+    publish(name, data, "\n".join(md), figure=fig, targets=targets(data))
     print("\n".join(md))
-    return data
+    return exit_code(targets(data))
+
+
+def targets(data: dict) -> list[dict]:
+    """DESIGN §6: with fixed tickets, pairwise relative allocation error <= one quantum (stride)."""
+    out = []
+    for w in data["workloads"]:
+        err = w["stride"]["max_pairwise_relative_error"]
+        out.append(target(f"stride pairwise allocation error, tickets {w['name']}", "<= 1 quantum",
+                          f"{err:.2f} quantum", err <= 1.0 + 1e-9))
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

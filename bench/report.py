@@ -1,8 +1,13 @@
 """Writing benchmark results: JSON, a plot, and a section of BENCHMARKS.md.
 
-Every benchmark calls :func:`publish` once. Sections in BENCHMARKS.md are delimited by
-``<!-- bench:NAME -->`` markers, so benchmarks can be re-run one at a time and each only
-rewrites its own section.
+Every benchmark calls :func:`publish` once, with its targets (:func:`target`), and its
+``main`` returns :func:`exit_code` of them, so a missed target fails ``make bench``.
+Sections in BENCHMARKS.md are delimited by ``<!-- bench:NAME -->`` markers, so
+benchmarks can be re-run one at a time and each only rewrites its own section.
+
+The "Targets at a glance" table is generated from every ``bench/results/*.json``
+(:func:`write_glance`, also ``python -m bench.report``), never typed: a full run's
+figures are shown where one exists, else the quick run's, marked as such.
 """
 
 from __future__ import annotations
@@ -37,12 +42,26 @@ def machine() -> dict:
     }
 
 
-def publish(name: str, data: dict, markdown: str, figure=None) -> Path:
-    """Write ``bench/results/NAME.json`` (+ ``NAME.png`` from a matplotlib figure) and
-    replace the ``NAME`` section of BENCHMARKS.md with ``markdown``."""
+def target(what: str, goal: str, measured: str, met: bool | None, note: str = "") -> dict:
+    """One target of a benchmark: ``met`` is True, False (missed), or None when the run
+    cannot tell (e.g. its baseline came out slower than the thing measured: noise)."""
+    return {"what": what, "target": goal, "measured": measured, "met": met, "note": note}
+
+
+def exit_code(targets: list[dict]) -> int:
+    """1 when any target was missed, else 0 (a benchmark ``main`` returns this)."""
+    return 1 if any(t.get("met") is False for t in targets) else 0
+
+
+def publish(name: str, data: dict, markdown: str, figure=None, targets: list[dict] | None = None) -> Path:
+    """Write ``bench/results/NAME.json`` (+ ``NAME.png`` from a matplotlib figure),
+    replace the ``NAME`` section of BENCHMARKS.md with ``markdown``, and regenerate the
+    at-a-glance table from every result's ``targets``."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     payload = {"benchmark": name, "measured_at": stamp, "machine": machine(), **data}
+    if targets is not None:
+        payload["targets"] = targets
     out = RESULTS / f"{name}.json"
     out.write_text(json.dumps(payload, indent=2, default=str) + "\n")
     plot_line = ""
@@ -57,7 +76,73 @@ def publish(name: str, data: dict, markdown: str, figure=None) -> Path:
         f"raw figures in `bench/results/{name}.json`._\n<!-- /bench:{name} -->"
     )
     _replace_section(name, section)
+    write_glance()
     return out
+
+
+def _status(t: dict) -> str:
+    met = t.get("met")
+    word = "met" if met else ("**missed**" if met is False else "**unresolved**")
+    return f"{word}: {t['note']}" if t.get("note") else word
+
+
+def _targets_of(payload: dict) -> list[dict]:
+    """A result's targets: stored by publish, or derived by its module's ``targets(data)``
+    for results written before targets were stored."""
+    if "targets" in payload:
+        return payload["targets"]
+    base = payload.get("benchmark", "").removesuffix("_quick")
+    try:
+        import importlib
+
+        fn = getattr(importlib.import_module(f"bench.{base}"), "targets", None)
+    except Exception:  # a result without a module (renamed benchmark): no targets
+        return []
+    if fn is None:
+        return []
+    try:
+        return fn(payload)
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a result older than its module's targets
+        return [target(f"`{payload.get('benchmark')}`: stored result predates the benchmark's current targets "
+                       f"(missing {exc})", "-", "rerun the benchmark", None)]
+
+
+def glance_rows() -> list[tuple[str, str, dict]]:
+    """(benchmark, measured_at, target) for every target, full runs over quick ones."""
+    payloads = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        try:
+            payloads[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    rows = []
+    for name, payload in sorted(payloads.items()):
+        if name.endswith("_quick") and name.removesuffix("_quick") in payloads:
+            continue
+        for t in _targets_of(payload):
+            rows.append((name, payload.get("measured_at", "?"), t))
+    return rows
+
+
+def write_glance() -> None:
+    """Regenerate the ``<!-- glance -->`` section of BENCHMARKS.md from the results."""
+    lines = ["<!-- glance -->", "## Targets at a glance", "",
+             "Generated from `bench/results/*.json` by `bench/report.py` (`python -m bench.report`); "
+             "a run marked *quick* is a smoke size, not the target's scale.", "",
+             "| benchmark | what | target | measured | status |", "|---|---|---|---|---|"]
+    for name, stamp, t in glance_rows():
+        shown = name.replace("_quick", " *(quick)*")
+        lines.append(f"| `{shown}` ({stamp[:10]}) | {t['what']} | {t['target']} | {t['measured']} | {_status(t)} |")
+    lines.append("<!-- /glance -->")
+    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"<!-- glance -->.*?<!-- /glance -->", re.S)
+    block = "\n".join(lines)
+    text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    BENCHMARKS_MD.write_text(text)
+
+
+if __name__ == "__main__":
+    write_glance()
 
 
 def _replace_section(name: str, section: str) -> None:

@@ -1,0 +1,49 @@
+"""bench.report: targets are stored with the results, a miss fails the benchmark, and the
+at-a-glance table is generated from the JSON results (full runs over quick ones)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import report
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(report, "BENCHMARKS_MD", tmp_path / "BENCHMARKS.md")
+    (tmp_path / "BENCHMARKS.md").write_text("# Benchmarks\n\n<!-- glance -->\nstale\n<!-- /glance -->\n")
+    return tmp_path
+
+
+def test_targets_are_stored_and_the_glance_table_is_generated(results):
+    met = report.target("speed", ">= 2x", "2.5x", True)
+    missed = report.target("memory", "<= 10 %", "+14 %", False)
+    report.publish("demo_quick", {"x": 1}, "quick run", targets=[report.target("speed", ">= 2x", "1.0x", False)])
+    report.publish("demo", {"x": 2}, "full run", targets=[met, missed])
+    stored = json.loads((results / "results" / "demo.json").read_text())
+    assert stored["targets"] == [met, missed]
+    md = (results / "BENCHMARKS.md").read_text()
+    assert "stale" not in md
+    assert "| speed | >= 2x | 2.5x | met |" in md and "| memory | <= 10 % | +14 % | **missed** |" in md
+    assert "1.0x" not in md  # the quick run is shadowed by the full one
+    assert md.count("<!-- bench:demo -->") == 1 and "full run" in md
+
+
+def test_exit_code_fails_on_a_miss_only():
+    assert report.exit_code([report.target("a", "", "", True), report.target("b", "", "", None)]) == 0
+    assert report.exit_code([report.target("a", "", "", True), report.target("b", "", "", False)]) == 1
+
+
+def test_unresolved_targets_say_why(results):
+    report.publish("noisy", {}, "n", targets=[report.target("overhead", "<= 5 %", "3 %", None, "baseline slower")])
+    assert "**unresolved**: baseline slower" in (results / "BENCHMARKS.md").read_text()
+
+
+def test_a_result_older_than_its_modules_targets_is_listed_not_fatal(results):
+    (results / "results").mkdir(exist_ok=True)
+    (results / "results" / "fairness.json").write_text(json.dumps({"benchmark": "fairness", "measured_at": "x"}))
+    report.write_glance()
+    assert "predates the benchmark's current targets" in (results / "BENCHMARKS.md").read_text()
