@@ -2,13 +2,18 @@
 of the same type whose contexts are most similar (TF-IDF cosine, M 3.5).
 
 Its task walks the materialized events and contexts of the event type, newest chunk
-first. Each chunk's history-query returns the chunk's past events and their context
-(and surrounding) tuples in long form, ``(eid, ts, attr, value, part)``; the chunk is
-turned into a sparse TF matrix, scored against the new context with the *current* IDF
-(:class:`similarity.QueryScorer`), and merged into the event's :class:`similarity.TopK`.
+first. Each chunk's history-query returns the chunk's past events (with their incident
+key as ``value``) and their context (and surrounding) tuples in long form,
+``(eid, ts, attr, value, part)``. The Recall Manager asks :meth:`SimilarityRecall.fetch_chunk`
+for each chunk: its sparse TF matrix is built once (:mod:`similarity.index`, vectorised),
+persisted and cached (:mod:`recall.similarity_source`); each event's task scores it against
+the new context with the *current* IDF (:class:`similarity.QueryScorer`), and it is merged into the event's :class:`similarity.TopK`.
 Only past events better than the k already produced are emitted (INSERT); one that is
 pushed out is retracted (DELETE), M 4.5.2. Each output carries the past event's id,
-time, score, context and surrounding information (e.g. how it was resolved, M 3.3).
+time, score, context and surrounding information (e.g. how it was resolved, M 3.3), and
+``shared_terms``: the five shared terms that contributed most, each with its share of
+the cosine (:mod:`similarity.explain`; numeric attributes with both values and their
+kernel weight). Results are past incidents, not windows (see :class:`SimilarityRecall`).
 
 Statistics (E, C_k) are learned once per event, live or materialized
 (:meth:`learn_event`), and can be snapshotted for persistence.
@@ -19,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -28,9 +33,16 @@ import pandas as pd
 from archive.abc import ChunkStore, HistoryQuery
 from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
 from recall.operator import as_utc
+from recall.similarity_incidents import IncidentTop, PastIncident, ResolutionLookup, resolution_of
+from recall.similarity_source import DEFAULT_CACHE_BYTES, ChunkSource
 from scheduler.errors import MoiraeError
-from similarity import ContextChunk, ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
+from similarity import ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
 from similarity.errors import NonNumericValue
+from similarity.explain import explain
+from similarity.incidents import IncidentRule
+from similarity.index import ChunkIndex
+from similarity.index import build as build_index
+from similarity.novelty import NoveltyCalibrator
 
 STATUS_KEY = "__status__"
 
@@ -47,7 +59,10 @@ class _State:
     seq: int = 0
     covered: Interval | None = None
     oldest_chunk: int | None = None
-    rows: dict[str, dict] = field(default_factory=dict)  # eid -> output row of those held
+    rows: dict[str, dict] = field(default_factory=dict)  # incident id -> output row of those held
+    incidents: IncidentTop | None = None
+    chunks: int = 0
+    status: dict | None = None  # the status row held (a partial one while the search pauses)
 
 
 class SimilarityRecall:
@@ -58,9 +73,22 @@ class SimilarityRecall:
     (returned, not compared), ``event_stream`` the archived events (default
     ``ev_<event>``). ``numeric`` declares numeric attributes (name -> NumericSpec, or a
     list of names with default specs). Unbounded by default: the task suspends every
-    ``feedback_period`` chunks for user feedback (M 4.4). ``exclude_recent`` leaves out
-    past events less than that long before the new one (e.g. earlier alerts of the same
-    ongoing incident, which are similar but tell the operator nothing new).
+    ``feedback_period`` chunks for user feedback (M 4.4).
+
+    Results are past **incidents** (:mod:`recall.similarity_incidents`), grouped by
+    ``incidents`` (an :class:`~similarity.incidents.IncidentRule`; the engine passes the
+    event type's rule: its key attributes, a gap of one window). Without a rule every
+    past event is its own incident. The live event's ongoing incident is never a
+    result. ``resolutions(incident_ids) -> {id: text}`` looks up resolutions recorded
+    elsewhere (the engine's incident store); otherwise a ``resolution`` attribute in any
+    window's surrounding rows is the incident's resolution. Each result carries the
+    shared terms that contribute most to its score (:mod:`similarity.explain`).
+    ``novelty`` decides when the final status says ``novel``
+    (:mod:`similarity.novelty`). ``idf="smooth"`` picks the smoothed IDF option
+    (:class:`similarity.SimilarityConfig`). ``exclude_recent`` additionally leaves out past events
+    less than that long before the new one. ``index_cache_bytes`` bounds the memory of
+    cached chunk indexes; ``persist_index`` stores each sealed chunk's index in
+    PostgreSQL (:mod:`recall.similarity_source`).
     """
 
     def __init__(self, name: str, *, event: str, store: ChunkStore, context_streams: Sequence[str],
@@ -68,7 +96,10 @@ class SimilarityRecall:
                  numeric: Mapping[str, NumericSpec] | Iterable[str] = (), tickets: int = 100,
                  feedback_period: int | None = 20, feedback_timeout: float | None = None,
                  bound: timedelta | None = None, eid_attr: str = "eid", ts_attr: str = "ts",
-                 exclude_recent: timedelta = timedelta(0)) -> None:
+                 exclude_recent: timedelta = timedelta(0), incidents: IncidentRule | None = None,
+                 resolutions: ResolutionLookup | None = None, novelty: NoveltyCalibrator | None = None,
+                 explain_terms: int = 5, idf: str = "paper", index_cache_bytes: int = DEFAULT_CACHE_BYTES,
+                 persist_index: bool = True) -> None:
         if k < 1:
             raise SimilarityRecallError(f"Similarity Recall {name!r}: k must be >= 1, got {k!r}")
         self.name, self.event, self.k = name, event, k
@@ -77,25 +108,42 @@ class SimilarityRecall:
         self.context_streams = tuple(context_streams)
         self.surrounding_streams = tuple(surrounding_streams)
         specs = numeric if isinstance(numeric, Mapping) else {n: NumericSpec() for n in numeric}
-        self.config = SimilarityConfig(numeric=dict(specs))
+        self.config = SimilarityConfig(numeric=dict(specs), idf=idf)  # idf: "paper" (M 3.5) or "smooth"
         self.stats = ContextStatistics(self.config, event_type=event)
         self.tickets, self.feedback_period, self.feedback_timeout = tickets, feedback_period, feedback_timeout
         self.bound, self.eid_attr, self.ts_attr = bound, eid_attr, ts_attr
         self.exclude_recent = exclude_recent
+        self.incident_rule = incidents
+        self.resolutions = resolutions
+        self.novelty = novelty or NoveltyCalibrator()
+        self.explain_terms = explain_terms
         self._learned: set[str] = set()
         self._lock = threading.Lock()
         self.rejected: list[tuple[str, str]] = []  # (eid, reason) of contexts refused by learn_event
         self.query = self._build_query()
+        self.source = ChunkSource(self, index_cache_bytes, persist_index)
 
     def _build_query(self) -> HistoryQuery:
         parts = [f"SELECT e.{self.eid_attr}::text AS eid, e.{self.ts_attr} AS ts, NULL::text AS attr, "
-                 f"NULL::text AS value, 'event' AS part FROM {self.event_stream} e"]
+                 f"{self._key_sql()} AS value, 'event' AS part FROM {self.event_stream} e"]
         for kind, streams in (("context", self.context_streams), ("surrounding", self.surrounding_streams)):
             for stream in streams:
                 for col in self._columns(stream):
                     parts.append(f"SELECT c.{self.eid_attr}::text, c.{self.ts_attr}, '{col}', c.\"{col}\"::text, "
                                  f"'{kind}:{stream}' FROM {stream} c")
         return self.store.prepare(" UNION ALL ".join(parts))
+
+    def _key_sql(self) -> str:
+        """The incident key of a past event (text), as :meth:`IncidentRule.key_of` makes it."""
+        keys = () if self.incident_rule is None else self.incident_rule.keys
+        for c in keys:
+            if not c.replace("_", "").isalnum():
+                raise SimilarityRecallError(f"incident key {c!r} of {self.name!r} is not a plain identifier")
+        if not keys:
+            return f"e.{self.eid_attr}::text" if self.incident_rule is None else "''::text"
+        if len(keys) == 1:
+            return f'e."{keys[0]}"::text'
+        return "json_build_array(" + ", ".join(f'e."{c}"' for c in keys) + ")::text"
 
     def _columns(self, stream: str) -> list[str]:
         spec = getattr(self.store, "stream", None)
@@ -140,12 +188,15 @@ class SimilarityRecall:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"stats": self.stats.snapshot(), "learned": sorted(self._learned)}
+            return {"stats": self.stats.snapshot(), "learned": sorted(self._learned),
+                    "novelty": self.novelty.snapshot()}
 
     def restore(self, snap: Mapping[str, Any]) -> None:
         with self._lock:
             self.stats = ContextStatistics.restore(snap["stats"])
             self._learned = set(snap.get("learned", ()))
+        self.novelty.restore(snap.get("novelty") or {})
+        self.source.invalidate_all()  # term ids are checked against the persisted vocabulary again
 
     # -- RecallOperator --------------------------------------------------------------------
 
@@ -153,64 +204,126 @@ class SimilarityRecall:
         eid = str(event[self.eid_attr] if self.eid_attr in event else event["eid"])
         ts = as_utc(event[self.ts_attr] if self.ts_attr in event else event["ts"], f"event {eid!r} time")
         bound = ts - self.bound if self.bound is not None else None
+        key = eid if self.incident_rule is None else self.incident_rule.key_of(event)
         return TaskSpec(operator=self.name, eid=eid, event_ts=ts, query=self.query, params={}, bound=bound,
                         tickets=self.tickets, feedback_period=self.feedback_period if bound is None else None,
                         feedback_timeout=self.feedback_timeout if bound is None else None,
-                        extra={"context": list(event.get("context") or [])})
+                        extra={"context": list(event.get("context") or []), "incident_key": key})
+
+    def _rule(self) -> IncidentRule:
+        return self.incident_rule or IncidentRule((), timedelta(microseconds=1), timedelta(0))
 
     def start(self, spec: TaskSpec) -> _State:
         with self._lock:
             table = self.stats.table()
-        return _State(spec, QueryScorer(table, list(spec.extra.get("context", []))), TopK(self.k))
+        key = str(spec.extra.get("incident_key", spec.eid))
+        live_ts = pd.Timestamp(spec.event_ts).tz_convert(None).to_datetime64()
+        top = IncidentTop(self.k, self._rule(), spec.eid, key, live_ts)
+        return _State(spec, QueryScorer(table, list(spec.extra.get("context", []))), TopK(self.k), incidents=top)
 
-    def on_chunk(self, state: _State, chunk_id: int, covered: Interval, rows: pd.DataFrame) -> list[Output]:
+    def fetch_chunk(self, state: _State, chunk_id: int, conn: Any = None,
+                    timeout_ms: int | None = None) -> ChunkIndex:
+        """The Recall Manager's read of one chunk for this operator: the chunk's index
+        (cached, persisted or built once, :mod:`recall.similarity_source`), not its rows."""
+        return self.source.fetch(chunk_id, conn, timeout_ms)
+
+    def index_rows(self, rows: pd.DataFrame) -> ChunkIndex:
+        """One chunk's long-form rows as a :class:`ChunkIndex`, vectorised (new terms grow
+        the shared vocabulary, hence the lock)."""
+        with self._lock:
+            return build_index(rows, self.stats.vocabulary, self.config)
+
+    def on_chunk(self, state: _State, chunk_id: int, covered: Interval,
+                 rows: pd.DataFrame | ChunkIndex) -> list[Output]:
+        """Score one chunk (its index, or its history-query rows) and merge it into the results."""
         state.covered = covered if state.covered is None else Interval(covered.start, state.covered.end)
         state.oldest_chunk = chunk_id
-        if rows.empty:
-            return []
-        newest = state.spec.event_ts - self.exclude_recent
-        rows = rows[(rows["eid"] != state.spec.eid) & (pd.to_datetime(rows["ts"], utc=True) < newest)]
-        events = rows[rows["part"] == "event"].drop_duplicates("eid")
-        if events.empty:
-            return []
-        ctx_rows = rows[rows["part"].str.startswith("context:")]
-        contexts: dict[str, list[dict]] = {e: [] for e in events["eid"]}
-        for eid, attr, value in ctx_rows[["eid", "attr", "value"]].itertuples(index=False):
-            if eid in contexts:
-                contexts[eid].append({attr: self._typed(attr, value)})
-        eids = list(contexts)
-        ts = pd.to_datetime(events.set_index("eid").loc[eids, "ts"], utc=True).to_numpy(dtype="datetime64[ns]")
-        with self._lock:  # new terms grow the shared vocabulary
-            chunk = ContextChunk.from_contexts(np.asarray(eids, dtype=object), ts, list(contexts.values()), self.stats)
-        inserted, displaced = state.top.offer(state.scorer.score(chunk))
-        out = []
-        for n in displaced:
-            out.append(self._output(state, OutputKind.DELETE, n.eid, state.rows.pop(n.eid)))
-        surrounding = rows[rows["part"].str.startswith("surrounding:")]
-        for rank, n in enumerate(inserted):
-            row = {"past_eid": n.eid, "past_ts": pd.Timestamp(n.ts, tz="UTC").isoformat(), "score": float(n.score),
-                   "context": contexts[n.eid], "surrounding": _surrounding(surrounding, n.eid), "rank_in_chunk": rank}
-            state.rows[n.eid] = row
-            out.append(self._output(state, OutputKind.INSERT, n.eid, row))
+        state.chunks += 1
+        out = self._scored(state, rows)
+        period = state.spec.feedback_period
+        if period and state.chunks % period == 0:  # the task pauses for feedback: say what is known so far
+            best = state.incidents.held[0].score if state.incidents.held else 0.0
+            out += self._status(state, {"status": "partial", "k": self.k, "found": len(state.rows),
+                                        "best_score": float(best), "novel": self.novelty.is_novel(best),
+                                        "novelty_threshold": self.novelty.threshold(),
+                                        "live_incident": state.incidents.live_incident, "chunks": state.chunks})
         return out
 
-    def _typed(self, attr: str, value: Any) -> Any:
-        if attr in self.config.numeric and value is not None:
-            try:
-                return float(value)
-            except ValueError:
-                return value  # the scorer names attribute and value (NonNumericValue)
-        return value
+    def _status(self, state: _State, row: dict) -> list[Output]:
+        """Replace the held status row (DELETE the previous one, INSERT this one)."""
+        out = [] if state.status is None else [self._output(state, OutputKind.DELETE, STATUS_KEY, state.status)]
+        state.status = row
+        return [*out, self._output(state, OutputKind.INSERT, STATUS_KEY, row)]
+
+    def _scored(self, state: _State, rows: pd.DataFrame | ChunkIndex) -> list[Output]:
+        ix = rows if isinstance(rows, ChunkIndex) else self.index_rows(rows)
+        if ix.n == 0:
+            return []
+        chunk = ix.chunk
+        newest = pd.Timestamp(state.spec.event_ts - self.exclude_recent).as_unit("ns").value
+        keep = (chunk.eids != state.spec.eid) & (chunk.ts < newest)
+        if not keep.any():
+            return []
+        scores = state.scorer.score(chunk).scores
+        eids, ts, keys = chunk.eids, chunk.ts, ix.keys.get("key")
+        keys = np.where(pd.isna(keys), "", keys) if self.incident_rule and keys is not None else eids
+        if not keep.all():
+            eids, ts, keys, scores = eids[keep], ts[keep], keys[keep], scores[keep]
+        state.top.offered += len(scores)
+        contexts = _Contexts(ix, self.stats.vocabulary)
+        return self._emit(state, eids, ts, keys, scores, contexts, _surrounding_by_eid(ix.surrounding))
+
+    def _emit(self, state: _State, eids: np.ndarray, ts_ns: np.ndarray, keys: np.ndarray, scores: np.ndarray,
+              contexts: Mapping[str, list[dict]], surrounding: Mapping[str, dict[str, list[dict]]]) -> list[Output]:
+        """After scoring: merge one chunk into the held top-k past incidents and emit
+        the revisions (DELETE what changed, INSERT it as it is now), best first."""
+        deleted, inserted = state.incidents.offer(eids, ts_ns, keys, scores, surrounding, contexts)
+        out = [self._output(state, OutputKind.DELETE, p.id, state.rows.pop(p.id)) for p in deleted]
+        recorded: Mapping[str, str] = {}
+        if inserted and self.resolutions is not None:
+            recorded = self.resolutions([x for p in inserted for x in dict.fromkeys((p.id, p.eid))]) or {}
+        for rank, p in enumerate(inserted):
+            row = self._row(state, p, contexts, recorded)
+            row["rank_in_chunk"] = rank
+            state.rows[p.id] = row
+            out.append(self._output(state, OutputKind.INSERT, p.id, row))
+        return out
+
+    def _row(self, state: _State, p: PastIncident, contexts: Mapping[str, list[dict]],
+             recorded: Mapping[str, str]) -> dict[str, Any]:
+        context = p.context
+        table = state.scorer.table
+        why = explain(table, state.spec.extra.get("context", []), context)
+        return {"incident": p.id, "past_eid": p.eid, "past_ts": pd.Timestamp(p.ts, tz="UTC").isoformat(),
+                "score": float(p.score), "windows": p.windows,
+                "start": pd.Timestamp(p.first_ns, tz="UTC").isoformat(),
+                "end": pd.Timestamp(p.last_ns, tz="UTC").isoformat(),
+                "resolution": resolution_of(p, recorded), "context": context,
+                "shared_terms": [c.to_json() for c in why.top(self.explain_terms)],
+                "surrounding": p.surrounding}
 
     def on_end(self, state: _State, reason: EndReason) -> list[Output]:
-        status = {"status": "no_history" if not state.rows and state.oldest_chunk is None else reason.value,
-                  "k": self.k, "found": len(state.rows)}
+        held = state.incidents.held if state.incidents is not None else []
+        best = held[0].score if held else 0.0
+        searched = state.oldest_chunk is not None
+        if searched and reason in (EndReason.DONE, EndReason.EXHAUSTED):
+            novel = self.novelty.is_novel(best)  # judged before this event joins the calibration
+            self.novelty.observe(best)
+        else:
+            novel = None
+        status = {"status": "no_history" if not state.rows and not searched else reason.value,
+                  "k": self.k, "found": len(state.rows), "best_score": float(best), "novel": novel,
+                  "novelty_threshold": self.novelty.threshold(), "live_incident": state.incidents.live_incident
+                  if state.incidents is not None else state.spec.eid}
         raw_oldest = self._archive_oldest()
         if reason is EndReason.DONE and raw_oldest is not None and (state.oldest_chunk is None
                                                                     or state.oldest_chunk > raw_oldest):
             status["status"] = "exhausted"
             status["materialized_until"] = None if state.covered is None else state.covered.start.isoformat()
-        return [self._output(state, OutputKind.INSERT, STATUS_KEY, status)]
+        if novel:
+            status["end"] = status["status"]
+            status["status"] = "novel"
+        return self._status(state, status)
 
     def _archive_oldest(self) -> int | None:
         chunks = getattr(self.store, "chunks", None)
@@ -225,9 +338,30 @@ class SimilarityRecall:
                       state.covered)
 
 
-def _surrounding(frame: pd.DataFrame, eid: str) -> dict[str, list[dict]]:
-    mine = frame[frame["eid"] == eid]
-    out: dict[str, dict[datetime, dict]] = {}
-    for ts, attr, value, part in mine[["ts", "attr", "value", "part"]].itertuples(index=False):
-        out.setdefault(part.split(":", 1)[1], {}).setdefault(ts, {})[attr] = value
-    return {stream: list(rows.values()) for stream, rows in out.items()}
+def _surrounding_by_eid(frame: pd.DataFrame) -> dict[str, dict[str, list[dict]]]:
+    """``{eid: {stream: [row, ...]}}`` of a chunk's long-form surrounding rows."""
+    out: dict[str, dict[str, dict[Any, dict]]] = {}
+    for eid, ts, attr, value, part in frame[["eid", "ts", "attr", "value", "part"]].itertuples(index=False):
+        out.setdefault(eid, {}).setdefault(part.split(":", 1)[1], {}).setdefault(ts, {})[attr] = value
+    return {e: {stream: list(rows.values()) for stream, rows in by.items()} for e, by in out.items()}
+
+
+class _Contexts(Mapping):
+    """``eid -> context`` of one chunk index, made only for the eids asked for (results)."""
+
+    def __init__(self, ix: ChunkIndex, vocabulary) -> None:
+        self.ix, self.vocabulary = ix, vocabulary
+        self._at = pd.Index(ix.chunk.eids)
+
+    def __getitem__(self, eid: str) -> list[dict]:
+        try:
+            i = self._at.get_loc(eid)
+        except KeyError:
+            raise KeyError(eid) from None
+        return self.ix.context_of(int(i), self.vocabulary)
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)

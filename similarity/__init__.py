@@ -6,7 +6,9 @@
 - :class:`ContextChunk`: a chunk of past contexts as a sparse TF matrix;
 - :class:`QueryScorer`: a new context scored against chunks, vectorised;
 - :class:`TopK`: the best k across chunks, with inserted / displaced reports;
-- :func:`search` / :func:`brute_force`: one-call versions.
+- :func:`search` / :func:`brute_force`: one-call versions;
+- :class:`IncidentRule`, :func:`group`, :class:`IncidentTracker`, :class:`BackwardIncidents`:
+  consecutive detections of one key as one incident.
 
 How a Similarity Recall operator uses it (one ``ContextStatistics`` per event type;
 per new event one ``QueryScorer`` and one ``TopK``; chunks newest first):
@@ -39,6 +41,7 @@ from similarity.errors import (
     SnapshotError,
 )
 from similarity.idf import IdfTable, cosine
+from similarity.incidents import Assignment, BackwardIncidents, IncidentRule, IncidentTracker, group
 from similarity.scorer import ChunkScores, QueryScorer, SearchStatus
 from similarity.search import SearchResult, brute_force, search
 from similarity.stats import SNAPSHOT_VERSION, ContextStatistics
@@ -47,6 +50,11 @@ from similarity.topk import Neighbour, TopK, top_k
 from similarity.vocabulary import Vocabulary
 
 __all__ = [
+    "Assignment",
+    "BackwardIncidents",
+    "IncidentRule",
+    "IncidentTracker",
+    "group",
     "SNAPSHOT_VERSION",
     "ChunkScores",
     "Context",

@@ -70,11 +70,18 @@ class SimilarityConfig:
     tuple's ``eid`` and ``ts``, M 3.3). ``log_base`` is the base of IDF's logarithm: the
     cosine does not depend on it (every weight scales by the same factor); M fig. 5
     prints base-10 values.
+
+    ``idf`` chooses the categorical IDF: ``"paper"`` (default) is M 3.5's
+    ``log(E / C_k)``; ``"smooth"`` is ``log((1 + E) / (1 + C_k)) + 1`` (scikit-learn's
+    ``smooth_idf``), which keeps a term shared by most contexts from weighing nothing:
+    flatter weights, between the paper's TF-IDF and Jaccard's equal weights
+    (``bench/similarity_quality.py`` reports both).
     """
 
     numeric: Mapping[str, NumericSpec] = field(default_factory=dict)
     ignore: frozenset[str] = frozenset({"eid", "ts"})
     log_base: float = math.e
+    idf: str = "paper"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "numeric", dict(self.numeric))
@@ -86,9 +93,11 @@ class SimilarityConfig:
                 )
         if not (isinstance(self.log_base, int | float) and self.log_base > 1 and math.isfinite(self.log_base)):
             raise InvalidSimilarityConfig(f"SimilarityConfig.log_base must be > 1, got {self.log_base!r}")
+        if self.idf not in ("paper", "smooth"):
+            raise InvalidSimilarityConfig(f"SimilarityConfig.idf must be 'paper' or 'smooth', got {self.idf!r}")
 
     def __hash__(self) -> int:
-        return hash((tuple(sorted(self.numeric.items())), self.ignore, self.log_base))
+        return hash((tuple(sorted(self.numeric.items())), self.ignore, self.log_base, self.idf))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON-able)."""
@@ -96,12 +105,13 @@ class SimilarityConfig:
             "numeric": {name: asdict(spec) for name, spec in sorted(self.numeric.items())},
             "ignore": sorted(self.ignore),
             "log_base": self.log_base,
+            **({} if self.idf == "paper" else {"idf": self.idf}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SimilarityConfig:
         """Inverse of :meth:`to_dict`; unknown keys are errors that name the key."""
-        unknown = set(data) - {"numeric", "ignore", "log_base"}
+        unknown = set(data) - {"numeric", "ignore", "log_base", "idf"}
         if unknown:
             raise InvalidSimilarityConfig(f"unknown similarity config key(s): {sorted(unknown)}")
         numeric = {}
@@ -114,4 +124,5 @@ class SimilarityConfig:
             numeric=numeric,
             ignore=frozenset(data.get("ignore", ("eid", "ts"))),
             log_base=float(data.get("log_base", math.e)),
+            idf=str(data.get("idf", "paper")),
         )

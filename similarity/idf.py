@@ -70,7 +70,10 @@ class IdfTable:
 
     @property
     def unknown_idf(self) -> float:
-        """IDF of a term with ``C_k = 0``: ``log max(E, 1)``."""
+        """IDF of a term with ``C_k = 0``: ``log max(E, 1)`` (``log(1 + E) + 1`` with
+        ``idf: smooth``)."""
+        if self.config.idf == "smooth":
+            return (math.log(1 + self.events) + 1.0) / math.log(self.config.log_base)
         return math.log(max(self.events, 1)) / math.log(self.config.log_base)
 
     def term_idf(self, term: str) -> float:

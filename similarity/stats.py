@@ -158,7 +158,10 @@ class ContextStatistics:
         if self._table is None:
             df = self.doc_freqs()
             e = max(self.events, 1)
-            idf = np.log(e / np.maximum(df, 1)) / math.log(self.config.log_base)
+            if self.config.idf == "smooth":  # log((1 + E) / (1 + C_k)) + 1 (SimilarityConfig.idf)
+                idf = (np.log((1 + self.events) / (1.0 + df)) + 1.0) / math.log(self.config.log_base)
+            else:
+                idf = np.log(e / np.maximum(df, 1)) / math.log(self.config.log_base)
             idf = np.maximum(idf, 0.0)
             idf.setflags(write=False)
             self._table = IdfTable(

@@ -86,3 +86,6 @@ def test_deployed_while_running_recalls_past_similar_events(spark, pg, tmp_path,
     for row in held.values():
         assert {"user": "backup"} in row["context"]
         assert row["score"] > 0
+        # why: the shared cause leads the explanation, and the shares add up to at most the score
+        assert row["shared_terms"] and "user=backup" in [t["term"] for t in row["shared_terms"]]
+        assert sum(t["share"] for t in row["shared_terms"]) <= row["score"] + 1e-6

@@ -126,3 +126,24 @@ def test_table_is_cached_until_the_next_learn():
     t2 = s.table()
     assert t2 is not t1 and t2.token != t1.token
     assert t1.events == 1 and t2.events == 2  # a frozen table does not move
+
+
+def test_smooth_idf_option_weighs_common_terms_and_round_trips():
+    """SimilarityConfig(idf="smooth"): log((1 + E) / (1 + C_k)) + 1, so a term in every
+    context still weighs 1; the option survives a snapshot; a bad value names itself."""
+    import math
+
+    import pytest
+
+    from similarity import ContextStatistics, InvalidSimilarityConfig, SimilarityConfig
+
+    s = ContextStatistics(SimilarityConfig(idf="smooth"))
+    s.learn_many([[{"u": "a"}, {"p": "x"}], [{"u": "b"}, {"p": "x"}], [{"u": "a"}, {"p": "x"}]])
+    t = s.table()
+    assert t.term_idf("p=x") == pytest.approx(1.0)
+    assert t.term_idf("u=b") == pytest.approx(math.log(4 / 2) + 1)
+    assert t.unknown_idf == pytest.approx(math.log(4) + 1)
+    assert ContextStatistics.restore(s.snapshot()).table().term_idf("u=b") == pytest.approx(t.term_idf("u=b"))
+    assert ContextStatistics().table().config.idf == "paper"
+    with pytest.raises(InvalidSimilarityConfig, match="bm99"):
+        SimilarityConfig(idf="bm99")

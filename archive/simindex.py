@@ -1,0 +1,140 @@
+"""The persisted similarity index of each chunk, and the vocabulary its term ids number
+(issue 10 §1; M 3.5 "computed once and stored with the context").
+
+Two side tables, next to the archive in the same schema:
+
+- ``moirae_simindex (operator, chunk_id, streams, contexts, blob)``: one encoded
+  :class:`~similarity.index.ChunkIndex` per (Similarity Recall, chunk); ``streams`` are the
+  archived streams it was built from (events, contexts, surrounding);
+- ``moirae_simvocab (operator, col, term)``: the operator's vocabulary, append-only, so a
+  term id stored in a blob means the same term after a restart. New terms are written in
+  the same transaction as the first blob that uses them.
+
+:func:`invalidate` deletes the entries of the given chunks of a stream (retention,
+re-materialization, late rows) and tells every in-process listener (the operators'
+memory caches), so both copies of an index go exactly when its rows change.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+DDL = """
+CREATE TABLE IF NOT EXISTS moirae_simindex (
+    operator  text NOT NULL,
+    chunk_id  bigint NOT NULL,
+    streams   text[] NOT NULL,
+    contexts  bigint NOT NULL,
+    blob      bytea NOT NULL,
+    built_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (operator, chunk_id)
+);
+CREATE TABLE IF NOT EXISTS moirae_simvocab (
+    operator  text NOT NULL,
+    col       int NOT NULL,
+    term      text NOT NULL,
+    PRIMARY KEY (operator, col)
+);
+"""
+
+Listener = Callable[[str, Sequence[int]], None]
+_listeners: list[Listener] = []
+_lock = threading.Lock()
+
+
+def listen(fn: Listener) -> None:
+    """Call ``fn(stream, chunk_ids)`` whenever chunks of ``stream`` are invalidated."""
+    with _lock:
+        _listeners.append(fn)
+
+
+def unlisten(fn: Listener) -> None:
+    with _lock:
+        if fn in _listeners:
+            _listeners.remove(fn)
+
+
+def ensure(cur) -> None:
+    cur.execute("SELECT to_regclass('moirae_simindex') IS NOT NULL AND to_regclass('moirae_simvocab') IS NOT NULL")
+    if not cur.fetchone()[0]:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext('moirae_simindex'))")
+        cur.execute(DDL)
+
+
+def invalidate(arch, stream: str, chunk_ids: Iterable[int]) -> int:
+    """Forget the index of ``stream``'s chunks ``chunk_ids`` (persisted and in memory)."""
+    ids = sorted({int(c) for c in chunk_ids})
+    if not ids:
+        return 0
+    with _lock:
+        listeners = list(_listeners)
+    for fn in listeners:
+        fn(stream, ids)
+    with arch._conn() as conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('moirae_simindex') IS NOT NULL")
+        if not cur.fetchone()[0]:
+            return 0
+        cur.execute("DELETE FROM moirae_simindex WHERE chunk_id = ANY(%s) AND %s = ANY(streams)", (ids, stream))
+        return cur.rowcount
+
+
+class IndexStore:
+    """Read and write one operator's persisted chunk indexes and vocabulary."""
+
+    def __init__(self, arch, operator: str) -> None:
+        self.arch, self.operator = arch, operator
+        with arch._conn() as conn, conn.cursor() as cur:
+            ensure(cur)
+        self.saved_terms = 0  # vocabulary columns known to be persisted
+
+    def load(self, chunk_id: int) -> bytes | None:
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT blob FROM moirae_simindex WHERE operator = %s AND chunk_id = %s",
+                        (self.operator, int(chunk_id)))
+            row = cur.fetchone()
+        return None if row is None else bytes(row[0])
+
+    def save(self, chunk_id: int, streams: Sequence[str], contexts: int, blob: bytes, terms: Sequence[str]) -> None:
+        """Store one chunk's blob; ``terms`` is the whole vocabulary it may use (the
+        columns not yet persisted are appended first, in the same transaction)."""
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            new = list(enumerate(terms))[self.saved_terms:]
+            if new:
+                cur.executemany("INSERT INTO moirae_simvocab (operator, col, term) VALUES (%s, %s, %s) "
+                                "ON CONFLICT (operator, col) DO NOTHING",
+                                [(self.operator, c, t) for c, t in new])
+            cur.execute("INSERT INTO moirae_simindex (operator, chunk_id, streams, contexts, blob) "
+                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (operator, chunk_id) DO UPDATE SET "
+                        "streams = EXCLUDED.streams, contexts = EXCLUDED.contexts, blob = EXCLUDED.blob, "
+                        "built_at = now()", (self.operator, int(chunk_id), list(streams), int(contexts), blob))
+        self.saved_terms = max(self.saved_terms, len(terms))
+
+    def vocabulary(self) -> list[str]:
+        """The persisted terms in column order (a gap means a broken table: refused)."""
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT col, term FROM moirae_simvocab WHERE operator = %s ORDER BY col", (self.operator,))
+            rows = cur.fetchall()
+        if any(c != i for i, (c, _) in enumerate(rows)):
+            raise ValueError(f"similarity vocabulary of {self.operator!r} has a gap in its columns")
+        self.saved_terms = len(rows)
+        return [t for _, t in rows]
+
+    def clear(self) -> None:
+        """Drop every index and the vocabulary of this operator (they disagree with its statistics)."""
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM moirae_simindex WHERE operator = %s", (self.operator,))
+            cur.execute("DELETE FROM moirae_simvocab WHERE operator = %s", (self.operator,))
+        self.saved_terms = 0
+
+    def chunk_ids(self) -> list[int]:
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT chunk_id FROM moirae_simindex WHERE operator = %s ORDER BY chunk_id", (self.operator,))
+            return [int(r[0]) for r in cur.fetchall()]
+
+    def sealed(self, chunk_id: int, streams: Sequence[str]) -> bool:
+        """True when no stream of ``streams`` holds chunk ``chunk_id`` in the present tier."""
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM moirae_chunks WHERE chunk_id = %s AND stream = ANY(%s) "
+                        "AND tier = 'present' AND NOT dropped", (int(chunk_id), list(streams)))
+            return cur.fetchone()[0] == 0

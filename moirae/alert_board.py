@@ -1,0 +1,238 @@
+"""The terminal printout of ``moirae run``: one block per incident (issue 10 §5, 13 §3).
+
+Alerts of one key in consecutive windows are one incident (:mod:`similarity.incidents`),
+so the terminal shows incidents, not windows. Each block holds:
+
+- the incident's id, key, number of alerts and time span, and ``NOVEL`` when the latest
+  alert's Similarity Recall ended with no past incident similar enough
+  (:mod:`similarity.novelty`);
+- the latest alert's attributes and context;
+- the norm's latest estimate (any Recall's current rows), with the interval of history
+  it covers so far;
+- the *current* top-k similar past incidents of the latest alert, sorted by score,
+  each with its resolution and top shared terms (:mod:`similarity.explain`).
+
+:class:`Board` holds that state, applying each output's revisions (an INSERT replaces
+the row under its key, a DELETE removes it), so a block never shows a retracted or
+duplicate row. :class:`BoardPrinter` follows the engine's bus: on a terminal it redraws
+the blocks in place (rich ``Live``); otherwise it prints a block once each time its text
+changes. When the run ends it prints every block's final state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from recall.api import OutputKind
+
+STATUS_KEY = "__status__"
+
+
+@dataclass
+class _Alert:
+    eid: str
+    attrs: dict
+    context: list
+    similar: dict[str, dict] = field(default_factory=dict)  # operator -> {key: row}
+    status: dict[str, dict] = field(default_factory=dict)  # operator -> status row
+    recall: dict[str, dict] = field(default_factory=dict)  # operator -> {key: row}
+    covered: dict[str, Any] = field(default_factory=dict)  # operator -> Interval
+
+
+@dataclass
+class _Block:
+    id: str
+    event: str
+    alerts: list[_Alert] = field(default_factory=list)
+    first_ts: str = ""
+    last_ts: str = ""
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+class Board:
+    """Blocks of incidents, updated from bus items (module doc). ``similarity`` names
+    the Similarity Recall operators; ``incident_of(event_message)`` gives an alert's
+    incident id."""
+
+    def __init__(self, similarity: set[str], incident_of: Callable[[Mapping[str, Any]], str]) -> None:
+        self.similarity = set(similarity)
+        self.incident_of = incident_of
+        self.blocks: dict[str, _Block] = {}
+        self._alert_block: dict[str, str] = {}
+        self.alerts = 0
+
+    def apply(self, item: Any) -> str | None:
+        """Take one bus item; return the id of the incident whose block changed."""
+        if isinstance(item, dict):
+            if item.get("type") != "event":
+                return None
+            self.alerts += 1
+            iid = str(self.incident_of(item))
+            block = self.blocks.setdefault(iid, _Block(iid, str(item.get("event", ""))))
+            block.alerts.append(_Alert(str(item["eid"]), dict(item.get("attrs") or {}), list(item.get("context") or [])))
+            ts = str(item.get("ts", ""))
+            block.first_ts, block.last_ts = block.first_ts or ts, ts
+            self._alert_block[str(item["eid"])] = iid
+            return iid
+        iid = self._alert_block.get(getattr(item, "eid", None))
+        if iid is None or item.kind is OutputKind.BOUNDARY:
+            return None
+        alert = next(a for a in self.blocks[iid].alerts if a.eid == item.eid)
+        op = item.operator
+        if op in self.similarity and item.key == STATUS_KEY:
+            if item.kind is OutputKind.INSERT:  # a partial status is replaced by DELETE + INSERT
+                alert.status[op] = dict(item.row)
+        else:
+            held = (alert.similar if op in self.similarity else alert.recall).setdefault(op, {})
+            if item.kind is OutputKind.DELETE:
+                held.pop(item.key, None)
+            else:
+                held[item.key] = dict(item.row)
+        if item.covered is not None:
+            alert.covered[op] = item.covered
+        return iid
+
+    def render(self, iid: str, k: int | None = None) -> str:
+        """The block of one incident as text."""
+        b = self.blocks[iid]
+        latest = b.alerts[-1]
+        shown = next((a for a in reversed(b.alerts) if any(a.similar.values()) or a.status), latest)
+        novel = any(s.get("novel") for s in shown.status.values())
+        span = b.first_ts[11:16] + (f"-{b.last_ts[11:16]}" if b.last_ts != b.first_ts else "")
+        lines = [f"INCIDENT {iid}  {b.event}  {len(b.alerts)} alert{'s' * (len(b.alerts) != 1)}  {span}"
+                 + ("  NOVEL: no similar past incident" if novel else "")]
+        attrs = ", ".join(f"{k_}={_fmt(v)}" for k_, v in latest.attrs.items())
+        ctx = ", ".join(sorted({f"{k_}={v}" for t in latest.context for k_, v in t.items()}))
+        lines.append(f"  latest alert {latest.eid}  {attrs}")
+        lines.append(f"  context: {ctx or '(none)'}")
+        for op, rows in latest.recall.items():
+            for row in rows.values():
+                vals = ", ".join(f"{k_} {_fmt(v)}" for k_, v in row.items() if isinstance(v, int | float))
+                cov = latest.covered.get(op)
+                where = "" if cov is None else (f" over {cov.start:%Y-%m-%d %H:%M} .. {cov.end:%Y-%m-%d %H:%M} "
+                                                 f"({(cov.end - cov.start).total_seconds() / 86400:.1f} d of history)")
+                lines.append(f"  {op}: {vals}{where}")
+        for op in dict.fromkeys([*shown.similar, *shown.status]):
+            rows = shown.similar.get(op, {})
+            status = shown.status.get(op, {})
+            state = status.get("status", "searching")
+            cov = shown.covered.get(op)
+            back = "" if cov is None else f", searched back to {cov.start:%Y-%m-%d %H:%M}"
+            lines.append(f"  similar past incidents ({op}, {state}{back}):")
+            ranked = sorted(rows.values(), key=lambda r: (-float(r.get("score", 0)), str(r.get("incident", ""))))
+            for i, r in enumerate(ranked[:k] if k else ranked, 1):
+                terms = ", ".join(f"{t['term']} {t['share']:.2f}" for t in r.get("shared_terms", [])[:3])
+                res = r.get("resolution")
+                lines.append(f"    {i}. {float(r.get('score', 0)):.2f}  {r.get('incident', r.get('past_eid'))}  "
+                             f"{str(r.get('past_ts', ''))[:16]}  {r.get('windows', 1)} window(s)"
+                             f"  {'resolved: ' + str(res) if res else 'no resolution'}"
+                             + (f"  shared: {terms}" if terms else ""))
+            if not rows:
+                lines.append("    (none yet)")
+        return "\n".join(lines)
+
+    def render_all(self, last: int | None = None) -> str:
+        ids = list(self.blocks)[-last:] if last else list(self.blocks)
+        return "\n\n".join(self.render(i) for i in ids)
+
+
+class BoardPrinter:
+    """Follows an engine's bus and shows the :class:`Board` (module doc)."""
+
+    def __init__(self, engine, live: bool | None = None, out=None) -> None:
+        from rich.console import Console
+
+        self.console = Console(file=out) if out is not None else Console()
+        self.live_mode = self.console.is_terminal if live is None else live
+        self.sub = engine.deploy.manager.bus.subscribe()
+        self.board = Board(_similarity_ops(engine), _incident_of(engine))
+        self._printed: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="moirae-alert-board", daemon=True)
+        self._live = None
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    @property
+    def alerts(self) -> int:
+        return self.board.alerts
+
+    def start(self) -> BoardPrinter:
+        if self.live_mode:
+            from rich.live import Live
+
+            self._live = Live("", console=self.console, refresh_per_second=4, transient=False)
+            self._live.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop following; print every incident's final block."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sub.close()
+        if self._live is not None:
+            self._live.stop()
+        if self.board.blocks:
+            print("\nfinal similar incidents per incident:\n" + self.board.render_all(), flush=True)
+
+    def _loop(self) -> None:
+        dirty: set[str] = set()
+        last = 0.0
+        while not self._stop.is_set():
+            item = self.sub.get(timeout=0.25)
+            if item is not None:
+                iid = self.board.apply(item)
+                if iid is not None:
+                    dirty.add(iid)
+            if dirty and (item is None or time.monotonic() - last > 0.25):
+                self._show(dirty)
+                dirty, last = set(), time.monotonic()
+
+    def _show(self, changed: set[str]) -> None:
+        if self._live is not None:
+            from rich.text import Text
+
+            self._live.update(Text(self.board.render_all(last=6)))
+            return
+        for iid in [i for i in self.board.blocks if i in changed]:
+            text = self.board.render(iid)
+            if self._printed.get(iid) != text:
+                self._printed[iid] = text
+                print(text, flush=True)
+
+
+def _similarity_ops(engine) -> set[str]:
+    ops = getattr(engine.deploy, "ops", {})
+    return {n for n, op in ops.items() if type(op).__name__ == "SimilarityRecall"}
+
+
+def _incident_of(engine) -> Callable[[Mapping[str, Any]], str]:
+    """An alert's incident by the incident store's rule, applied as alerts arrive (the
+    same rule and ids as the store: the eid of the incident's first alert)."""
+    from similarity.incidents import IncidentTracker
+
+    trackers: dict[str, IncidentTracker] = {}
+    store = engine.deploy.incidents
+
+    def of(msg: Mapping[str, Any]) -> str:
+        event, attrs = str(msg.get("event", "")), dict(msg.get("attrs") or {})
+        try:
+            cfg = store.config(event, attrs)
+            tr = trackers.setdefault(event, IncidentTracker(cfg.rule))
+            return tr.assign(str(msg["eid"]), cfg.rule.key_of(attrs), msg["ts"]).incident
+        except Exception:  # an alert without the key attributes is its own incident
+            return str(msg["eid"])
+
+    return of

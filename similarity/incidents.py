@@ -1,0 +1,243 @@
+"""Incidents: consecutive detections of one key, grouped (M 3.3).
+
+An event-query fires once per window while its condition lasts, so one overload of
+one server is five or ten events. An on-call engineer thinks in *incidents*: what the
+Moirae paper calls "the incident on that server", with its one resolution (M 3.3).
+
+**The rule.** Two detections of the same key belong to the same incident when their
+windows touch or overlap, allowing ``gap`` of silence between them. Detections carry
+their window's end as ``ts`` and every window is ``window`` long, so detections at
+``t1 <= t2`` are linked when ``t2 - t1 <= window + gap`` (:attr:`IncidentRule.step`).
+An incident is a maximal chain of linked detections of one key. The default ``gap`` is
+one window: a single quiet window does not split an incident.
+
+**Identity.** An incident's id is the eid of its earliest detection (ties: the smallest
+eid), so every component that applies the rule to the same detections names the same
+incidents: the live tracker, the console's store, and a Similarity Recall task that
+meets past detections newest chunk first.
+
+Three ways to apply it, all pure:
+
+- :func:`group`: a whole set of detections at once (vectorised);
+- :class:`IncidentTracker`: live detections in time order, one at a time;
+- :class:`BackwardIncidents`: history met newest first, batch by batch, as a recall
+  task reads chunks; merging across batches renames incidents, and says so.
+
+>>> rule = IncidentRule(keys=("sid",), window=timedelta(minutes=5))
+>>> t0 = np.datetime64("2026-01-01T00:00", "ns")
+>>> m5 = np.timedelta64(5, "m")
+>>> ids = group(["a", "a", "a", "b", "a"], [t0, t0 + m5, t0 + 2 * m5, t0 + m5, t0 + 9 * m5],
+...             ["e1", "e2", "e3", "e4", "e5"], rule)
+>>> list(ids)
+['e1', 'e1', 'e1', 'e4', 'e5']
+>>> rule.key_of({"sid": "a", "avg_bw": 9.5})
+'a'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from similarity.errors import InvalidSimilarityConfig
+
+
+@dataclass(frozen=True)
+class IncidentRule:
+    """How detections of one event type group into incidents.
+
+    ``keys`` are the attributes that say what an incident is about (a server's
+    ``sid``); with no keys every detection of the type shares one key. ``window`` is
+    the event-query's window length; ``gap`` the silence allowed between two windows of
+    one incident (default: one window).
+    """
+
+    keys: tuple[str, ...]
+    window: timedelta
+    gap: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.keys, str):
+            object.__setattr__(self, "keys", (self.keys,))
+        if not isinstance(self.window, timedelta) or self.window <= timedelta(0):
+            raise InvalidSimilarityConfig(f"incident rule: window must be a positive duration, got {self.window!r}")
+        if self.gap is not None and (not isinstance(self.gap, timedelta) or self.gap < timedelta(0)):
+            raise InvalidSimilarityConfig(f"incident rule: gap must be a duration >= 0, got {self.gap!r}")
+
+    @property
+    def step(self) -> timedelta:
+        """The largest distance between two linked detections' times."""
+        return self.window + (self.window if self.gap is None else self.gap)
+
+    @property
+    def step_ns(self) -> int:
+        return int(self.step / timedelta(microseconds=1)) * 1000
+
+    def key_of(self, attrs: Mapping[str, Any]) -> str:
+        """The incident key of one detection's attributes: the value itself for one key
+        attribute, a JSON list for several, ``""`` for none. Names a missing key."""
+        missing = [k for k in self.keys if k not in attrs]
+        if missing:
+            raise InvalidSimilarityConfig(f"incident rule: detection has no key attribute {missing[0]!r} "
+                                          f"(attributes: {sorted(attrs)})")
+        if len(self.keys) == 1:
+            return str(attrs[self.keys[0]])
+        return json.dumps([attrs[k] for k in self.keys], default=str) if self.keys else ""
+
+
+def _ns(ts: Any) -> np.ndarray:
+    """Times as int64 nanoseconds since the epoch (naive times are taken as UTC)."""
+    s = pd.to_datetime(pd.Series(np.asarray(ts) if not isinstance(ts, pd.Series) else ts), utc=True)
+    return s.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+
+
+def group(keys: Sequence[Any], ts: Sequence[Any], eids: Sequence[Any], rule: IncidentRule) -> np.ndarray:
+    """The incident id of each detection (aligned with the inputs), by the rule over
+    exactly these detections. Vectorised: one sort, one pass."""
+    n = len(eids)
+    if not (len(keys) == len(ts) == n):
+        raise ValueError(f"group: keys, ts and eids differ in length ({len(keys)}, {len(ts)}, {n})")
+    if n == 0:
+        return np.empty(0, dtype=object)
+    frame = pd.DataFrame({"k": pd.Series(keys, dtype=object).astype(str).to_numpy(), "t": _ns(ts),
+                          "e": pd.Series(eids, dtype=object).astype(str).to_numpy(), "i": np.arange(n)})
+    frame = frame.sort_values(["k", "t", "e"], kind="stable")
+    k, t = frame["k"].to_numpy(), frame["t"].to_numpy()
+    starts = np.ones(n, dtype=bool)
+    starts[1:] = (k[1:] != k[:-1]) | (np.diff(t) > rule.step_ns)
+    first = frame["e"].to_numpy()[starts]
+    ids = first[np.cumsum(starts) - 1]
+    out = np.empty(n, dtype=object)
+    out[frame["i"].to_numpy()] = ids
+    return out
+
+
+@dataclass
+class _Open:
+    incident: str
+    first_ns: int
+    last_ns: int
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Where a live detection went: its incident, and whether it opened it."""
+
+    incident: str
+    opened: bool
+    count: int
+
+
+@dataclass
+class IncidentTracker:
+    """Live assignment of detections, one at a time, in time order per key.
+
+    Detections of a key arrive in time order in a monitoring stream (windows close in
+    watermark order). One arriving out of order still joins the incident it links to;
+    an earlier one that links to nothing opens an incident of its own. Keys whose last
+    detection is more than a step behind the watermark are closed by :meth:`close_before`,
+    which bounds memory by the keys alive in one step.
+
+    >>> tr = IncidentTracker(IncidentRule(("sid",), timedelta(minutes=5)))
+    >>> t0 = np.datetime64("2026-01-01T00:05", "ns")
+    >>> [tr.assign(e, "a", t0 + np.timedelta64(i * 5, "m")).incident for i, e in enumerate(["x", "y"])]
+    ['x', 'x']
+    >>> tr.assign("z", "a", t0 + np.timedelta64(60, "m")).opened
+    True
+    """
+
+    rule: IncidentRule
+    _open: dict[str, _Open] = field(default_factory=dict)
+
+    def assign(self, eid: str, key: str, ts: Any) -> Assignment:
+        t = int(_ns([ts])[0])
+        cur = self._open.get(key)
+        step = self.rule.step_ns
+        if cur is not None and cur.first_ns - step <= t <= cur.last_ns + step:
+            cur.first_ns, cur.last_ns, cur.count = min(cur.first_ns, t), max(cur.last_ns, t), cur.count + 1
+            return Assignment(cur.incident, False, cur.count)
+        if cur is not None and t < cur.first_ns:  # a late detection from before the open incident
+            return Assignment(str(eid), True, 1)
+        self._open[key] = _Open(str(eid), t, t)
+        return Assignment(str(eid), True, 1)
+
+    def restore(self, key: str, incident: str, first_ts: Any, last_ts: Any, count: int) -> None:
+        """Reopen an incident after a restart (from the store)."""
+        self._open[key] = _Open(incident, int(_ns([first_ts])[0]), int(_ns([last_ts])[0]), count)
+
+    def close_before(self, watermark: Any) -> list[str]:
+        """Forget incidents that no future detection can join; return their ids."""
+        w = int(_ns([watermark])[0]) - self.rule.step_ns
+        done = [k for k, o in self._open.items() if o.last_ns < w]
+        return [self._open.pop(k).incident for k in done]
+
+    def open_incident(self, key: str) -> str | None:
+        cur = self._open.get(key)
+        return None if cur is None else cur.incident
+
+
+@dataclass
+class BackwardIncidents:
+    """Incidents of history met newest first, batch by batch (one batch per chunk).
+
+    Each batch must be no newer, per key, than everything added before it (chunks are
+    read newest first). An incident that spans a batch boundary is found when the
+    older batch arrives: the newer part's id (its earliest eid so far) is then renamed
+    to the older part's, and :meth:`add_older` reports the renames so a Similarity
+    Recall can retract and re-emit what it held under the old id.
+
+    After every batch, the ids equal :func:`group` over all detections added so far.
+
+    >>> b = BackwardIncidents(IncidentRule(("sid",), timedelta(minutes=5)))
+    >>> t = lambda m: np.datetime64("2026-01-01T00:00", "ns") + np.timedelta64(m, "m")
+    >>> ids, renames = b.add_older(["a", "a"], [t(30), t(35)], ["e7", "e8"])
+    >>> list(ids), renames
+    (['e7', 'e7'], {})
+    >>> ids, renames = b.add_older(["a"], [t(25)], ["e6"])
+    >>> list(ids), renames
+    (['e6'], {'e7': 'e6'})
+    """
+
+    rule: IncidentRule
+    _earliest: dict[str, tuple[int, str]] = field(default_factory=dict)  # key -> (first ns, incident id)
+    _renamed: dict[str, str] = field(default_factory=dict)
+
+    def add_older(self, keys: Sequence[Any], ts: Sequence[Any], eids: Sequence[Any]) -> tuple[np.ndarray, dict[str, str]]:
+        """Incident ids of this batch's detections, and ``{old id: new id}`` for
+        incidents of earlier batches that this batch extends back in time."""
+        ids = group(keys, ts, eids, self.rule)
+        if len(ids) == 0:
+            return ids, {}
+        frame = pd.DataFrame({"k": pd.Series(keys, dtype=object).astype(str).to_numpy(), "t": _ns(ts),
+                              "id": ids})
+        per = frame.groupby(["k", "id"], sort=False)["t"].agg(["min", "max"]).reset_index()
+        newest = per.sort_values(["k", "max"]).drop_duplicates("k", keep="last")
+        oldest = per.sort_values(["k", "min"]).drop_duplicates("k", keep="first").set_index("k")
+        renames: dict[str, str] = {}
+        step = self.rule.step_ns
+        for k, new_id, new_max in zip(newest["k"], newest["id"], newest["max"], strict=True):
+            prev = self._earliest.get(k)
+            if prev is not None:
+                if int(new_max) > prev[0]:
+                    raise ValueError(f"BackwardIncidents: key {k!r} has a detection at {int(new_max)} ns, newer "
+                                     f"than one added before ({prev[0]} ns); add batches newest first")
+                if prev[0] - int(new_max) <= step:
+                    renames[prev[1]] = str(new_id)
+        for k, first_ns, first_id in zip(oldest.index, oldest["min"], oldest["id"], strict=True):
+            self._earliest[k] = (int(first_ns), str(first_id))
+        for old, new in renames.items():
+            for o in [o for o, n in self._renamed.items() if n == old]:
+                self._renamed[o] = new
+            self._renamed[old] = new
+        return ids, renames
+
+    def current(self, incident: str) -> str:
+        """The id an incident of an earlier batch goes by now."""
+        return self._renamed.get(incident, incident)

@@ -1,0 +1,176 @@
+"""A chunk's similarity index, built once from long-form rows, vectorised (M 3.5, 4.5.2).
+
+M 3.5: "The TF_k for each attribute-value k in a context can be computed once and stored
+with the context." A :class:`ChunkIndex` is one chunk of an event type's past events as
+a :class:`~similarity.chunk.ContextChunk` (sparse TF keyed by the vocabulary's term ids),
+with what the operator needs next to the matrix rows: each past event's key attributes
+(``keys``, for incident grouping) and its surrounding tuples. :func:`build` makes it from
+the rows of the Similarity Recall history-query, ``(eid, ts, attr, value, part)`` with
+``part`` one of ``event`` (``value``: the event's incident key), ``context:<stream>``,
+``surrounding:<stream>``, with
+pandas factorize and one scipy COO matrix: the only Python loop is over the chunk's
+*distinct* terms (to number them in the vocabulary), never over rows or events.
+
+The terms are those of :func:`similarity.terms.bag_of` over the same rows: ``attr=value``
+with the value as text, nulls ignored, declared numeric attributes as float values
+(a value that is not a finite number raises :class:`NonNumericValue`, text ``NaN`` is
+null as ``float("NaN")`` is). Pure: no I/O (serialization is in :mod:`similarity.index_codec`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from similarity.chunk import ContextChunk, NumericEntries
+from similarity.config import SimilarityConfig
+from similarity.errors import NonNumericValue, SimilarityError
+from similarity.terms import numeric_value
+from similarity.vocabulary import Vocabulary
+
+ROW_COLUMNS = ("eid", "ts", "attr", "value", "part")
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkIndex:
+    """One chunk's past events: TF matrix (``chunk``), key attributes and surrounding rows."""
+
+    chunk: ContextChunk
+    keys: dict[str, np.ndarray] = field(default_factory=dict)
+    """``"key"``: each matrix row's incident key (text, or None), from its event row's value."""
+    surrounding: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(ROW_COLUMNS)))
+    contexts: int = 0
+    """How many context rows the chunk was built from (for build rates)."""
+
+    @property
+    def n(self) -> int:
+        return self.chunk.n
+
+    def __len__(self) -> int:
+        return self.chunk.n
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held: matrices, arrays, surrounding rows and the per-table norms memo."""
+        c = self.chunk
+        total = sum(a.nbytes for m in (c.tf, c.tf_sq) for a in (m.data, m.indices, m.indptr))
+        total += _array_bytes(c.eids) + c.ts.nbytes + 8 * c.n  # + the norms remembered per table
+        total += sum(e.rows.nbytes + e.values.nbytes + e.tf.nbytes for e in c.numeric.values())
+        total += sum(_array_bytes(v) for v in self.keys.values())
+        if len(self.surrounding):
+            total += int(self.surrounding.memory_usage(deep=True).sum())
+        return int(total)
+
+    def context_of(self, row: int, vocabulary: Vocabulary) -> list[dict[str, Any]]:
+        """Row ``row``'s context as single-attribute tuples (order: by term id, then
+        numeric attributes), each repeated TF times."""
+        m = self.chunk.tf_sq  # same sparsity as TF, row-major
+        tf = self.chunk.tf
+        lo, hi = m.indptr[row], m.indptr[row + 1]
+        out: list[dict[str, Any]] = []
+        for col in m.indices[lo:hi].tolist():
+            attr, value = vocabulary.term(col).split("=", 1)
+            count = int(round(tf[row, col]))
+            out.extend({attr: value} for _ in range(count))
+        for attr, e in sorted(self.chunk.numeric.items()):
+            mine = e.rows == row
+            for v, f in zip(e.values[mine].tolist(), e.tf[mine].tolist(), strict=True):
+                out.extend({attr: v} for _ in range(int(f)))
+        return out
+
+
+def _array_bytes(a: np.ndarray) -> int:
+    if a.dtype != object:
+        return int(a.nbytes)
+    return int(a.nbytes + 49 * a.shape[0] + sum(map(len, (x for x in a.tolist() if x is not None))))
+
+
+def _part_mask(parts: pd.Series, pred) -> np.ndarray:
+    codes, uniques = pd.factorize(parts)
+    keep = np.fromiter((bool(pred(u)) for u in uniques), dtype=bool, count=len(uniques))
+    return keep[codes] if len(codes) else np.zeros(0, dtype=bool)
+
+
+def build(rows: pd.DataFrame, vocabulary: Vocabulary, config: SimilarityConfig | None = None) -> ChunkIndex:
+    """The :class:`ChunkIndex` of one chunk's long-form rows (module doc). Terms new to
+    ``vocabulary`` are appended to it. Events are the distinct eids of ``part == 'event'``
+    rows, in their order; context rows of other eids are ignored."""
+    config = config if config is not None else SimilarityConfig()
+    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
+    if missing:
+        raise SimilarityError(f"chunk rows lack column(s) {missing}; expected {list(ROW_COLUMNS)}")
+    parts = rows["part"]
+    is_event = _part_mask(parts, lambda p: p == "event")
+    ev = rows[is_event].drop_duplicates("eid")
+    eids = ev["eid"].astype(str).to_numpy(dtype=object)
+    ts = pd.to_datetime(ev["ts"], utc=True).to_numpy(dtype="datetime64[ns]")
+    n = eids.shape[0]
+    row_of = pd.Index(eids)
+    key = ev["value"]
+    keys = {"key": np.where(key.notna().to_numpy(), key.astype(str).to_numpy(dtype=object), None)}
+    ctx = rows[_part_mask(parts, lambda p: isinstance(p, str) and p.startswith("context:"))]
+    r = row_of.get_indexer(ctx["eid"].astype(str)) if len(ctx) else np.zeros(0, dtype=np.int64)
+    attrs = ctx["attr"].to_numpy(dtype=object)
+    values = ctx["value"]
+    keep = (r >= 0) & values.notna().to_numpy()
+    if config.ignore and len(ctx):
+        keep &= ~pd.Series(attrs).isin(list(config.ignore)).to_numpy()
+    r, attrs, values = r[keep], attrs[keep], values.to_numpy(dtype=object)[keep]
+    declared = list(config.numeric)
+    is_num = pd.Series(attrs).isin(declared).to_numpy() if declared else np.zeros(r.shape[0], dtype=bool)
+    tf = _categorical(r[~is_num], attrs[~is_num], values[~is_num], n, vocabulary)
+    numeric = _numeric(r[is_num], attrs[is_num], values[is_num])
+    chunk = ContextChunk.from_tf(eids, ts, tf, numeric)
+    sur = rows[_part_mask(parts, lambda p: isinstance(p, str) and p.startswith("surrounding:"))]
+    sur = sur[sur["eid"].astype(str).isin(row_of)][list(ROW_COLUMNS)].reset_index(drop=True)
+    return ChunkIndex(chunk, keys, sur, contexts=int(len(ctx)))
+
+
+def _categorical(r: np.ndarray, attrs: np.ndarray, values: np.ndarray, n: int,
+                 vocabulary: Vocabulary) -> sp.csr_matrix:
+    """TF of ``attr=value`` terms: pairs factorized, distinct terms numbered once."""
+    if r.shape[0] == 0:
+        return sp.csr_matrix((n, len(vocabulary)), dtype=np.float64)
+    a_codes, a_uni = pd.factorize(attrs)
+    v_codes, v_uni = pd.factorize(pd.Series(values, dtype=object).astype(str).to_numpy(dtype=object))
+    pair = a_codes.astype(np.int64) * np.int64(len(v_uni)) + v_codes
+    p_codes, p_uni = pd.factorize(pair)
+    a_of, v_of = np.divmod(np.asarray(p_uni, dtype=np.int64), np.int64(len(v_uni)))
+    add = vocabulary.add
+    col_of = np.fromiter((add(f"{a}={v}") for a, v in zip(a_uni[a_of].tolist(), v_uni[v_of].tolist(),
+                                                          strict=True)),
+                         dtype=np.int32, count=len(p_uni))
+    cols = col_of[p_codes]
+    return sp.coo_matrix((np.ones(r.shape[0], dtype=np.float64), (r, cols)),
+                         shape=(n, len(vocabulary))).tocsr()
+
+
+def _numeric(r: np.ndarray, attrs: np.ndarray, values: np.ndarray) -> dict[str, NumericEntries]:
+    """Per numeric attribute: distinct (row, value) with multiplicity; rules of bag_of."""
+    if r.shape[0] == 0:
+        return {}
+    parsed = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(parsed)
+    for i in np.flatnonzero(bad).tolist():  # rare: exact Python semantics for what pandas refused
+        try:
+            x = float(values[i])
+        except (TypeError, ValueError):
+            raise NonNumericValue(str(attrs[i]), values[i]) from None
+        if not math.isnan(x):
+            numeric_value(str(attrs[i]), x)  # raises for +-inf
+        parsed[i] = x
+    ok = ~np.isnan(parsed)
+    frame = pd.DataFrame({"a": attrs[ok], "r": r[ok], "v": parsed[ok]})
+    out = {}
+    for attr, grp in frame.groupby("a", sort=True):
+        counts = grp.groupby(["r", "v"], sort=True).size()
+        idx = counts.index
+        out[str(attr)] = NumericEntries(idx.get_level_values(0).to_numpy(dtype=np.int32),
+                                        idx.get_level_values(1).to_numpy(dtype=np.float64),
+                                        counts.to_numpy(dtype=np.float64))
+    return out
