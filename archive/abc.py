@@ -1,9 +1,11 @@
 """The chunk-store contract (M 4.1), apart from its PostgreSQL implementation.
 
 Everything above ``archive`` (the Recall Manager, Similarity Recall, the engine) talks to
-a :class:`ChunkStore`. Chunks form one global grid shared by every stream:
-``chunk_id = floor(epoch_seconds(ts) / chunk_span)`` (DESIGN.md §3), so a history-query
-may join several streams inside one chunk (M 4.3).
+a :class:`ChunkStore`. Each stream's chunks form its own grid,
+``chunk_id = floor(epoch_seconds(ts) / interval)``; a history-query joining several
+streams runs per interval of the coarsest of their grids (:meth:`ChunkStore.grid_for`;
+DESIGN.md §3 had one global grid, see :mod:`archive.chunks`), so it may join several
+streams inside one task (M 4.3).
 
 Event times are timezone-aware UTC datetimes in Python and ``timestamptz`` in
 PostgreSQL.
@@ -94,6 +96,10 @@ class ChunkGrid:
         return start, start + self.span
 
 
+class DescendingIds(list):
+    """Chunk ids known to be distinct and newest first (so a planner may bisect them)."""
+
+
 @dataclass(frozen=True)
 class ChunkInfo:
     """One row of the chunk catalog."""
@@ -147,9 +153,15 @@ class ChunkStore(ABC):
     def chunks(self, stream: str | None = None, tier: Tier | None = None) -> list[ChunkInfo]:
         """Catalog rows, newest chunk first."""
 
+    def grid_for(self, streams: Iterable[str]) -> ChunkGrid:
+        """The grid a history-query over ``streams`` runs on (its tasks' intervals); a
+        store with one grid for every stream returns it."""
+        return self.grid
+
     @abstractmethod
     def chunk_ids(self, streams: Iterable[str]) -> list[int]:
-        """Ids of chunks holding data of any of ``streams``, newest first."""
+        """Ids, on :meth:`grid_for` ``streams``, of the task intervals holding data of any
+        of ``streams``, newest first."""
 
     @abstractmethod
     def prepare(self, sql: str) -> HistoryQuery:

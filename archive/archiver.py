@@ -1,9 +1,10 @@
 """The Archiver (M 4.1): per-stream tables in PostgreSQL, range-partitioned by event
-time with one partition per chunk of the global grid, a chunk catalog, exactly-once
-appends, late rows and dead letters.
+time with one partition per chunk of the stream's own interval, a chunk catalog,
+exactly-once appends, late rows and dead letters.
 
-Tier transitions live in :mod:`archive.tiers`, history-queries in :mod:`archive.history`;
-this module holds the registry and the write path.
+Chunk layout (intervals, creation) lives in :mod:`archive.chunks`, tier transitions in
+:mod:`archive.tiers`, history-queries in :mod:`archive.history`; this module holds the
+registry and the write path.
 """
 
 from __future__ import annotations
@@ -12,19 +13,21 @@ import json
 import threading
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import psycopg2
 import pyarrow as pa
 from psycopg2.extras import execute_values
 from psycopg2.pool import ThreadedConnectionPool
 
-from archive import history, tiers
+from archive import chunks, history, simindex, tiers
 from archive.abc import AppendResult, ChunkGrid, ChunkInfo, ChunkStore, HistoryQuery, Tier, UnknownStream
 from archive.catalog_sql import CATALOG_DDL
 from archive.copy import copy_csv, frame_to_csv
+from archive.exec_sink import PARTS_DDL
 from archive.ids import source_ids
 from archive.names import partition_name, quote
 from archive.pg import Database
@@ -32,12 +35,21 @@ from archive.present import PresentCache
 from archive.settings import ArchiveSettings
 from archive.streams import RetentionPolicy, StreamSpec
 from archive.types import ColumnType
-from archive.validate import split_batch
+from archive.validate import split_batch, storable
 from scheduler.errors import MoiraeError
 
 
 class SchemaConflict(MoiraeError, ValueError):
     """A stream re-registered with a different schema."""
+
+
+MAX_CHUNKS_PER_BATCH = 512
+"""Chunks one appended batch may touch: its COPY locks each touched partition until commit,
+and PostgreSQL's shared lock table holds max_locks_per_transaction (64) x max_connections."""
+
+
+class BatchTooWide(MoiraeError, ValueError):
+    """A batch spanning more chunks than one transaction may lock; names stream, batch and span."""
 
 
 class Archiver(ChunkStore):
@@ -55,25 +67,44 @@ class Archiver(ChunkStore):
         with self._conn() as conn, conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(7340001)")  # one DDL writer at a time
             cur.execute(CATALOG_DDL)
+            cur.execute(PARTS_DDL)
         self._streams: dict[str, StreamSpec] = {}
         self._horizons: dict[str, datetime] = {}
+        self._intervals: dict[str, timedelta] = {}
+        self._task_ids = chunks.TaskIdCache()
         self._load()
 
     # -- connections -------------------------------------------------------------------
 
     @contextmanager
     def _conn(self):
-        """A pooled connection inside one transaction (committed on success)."""
-        conn = self._pool.getconn()
+        """A pooled connection inside one transaction (committed on success). A pooled
+        connection the server dropped (a restart) is replaced, with backoff while the
+        server is away (:meth:`Database.retry`)."""
+        conn = self.db.retry(self._live_conn, "archive connection")
         try:
             conn.autocommit = False
             yield conn
             conn.commit()
         except BaseException:
-            conn.rollback()
+            if not conn.closed:
+                conn.rollback()
             raise
         finally:
-            self._pool.putconn(conn)
+            self._pool.putconn(conn, close=bool(conn.closed))
+
+    def _live_conn(self):
+        conn = self._pool.getconn()
+        try:
+            if conn.closed:
+                raise psycopg2.InterfaceError("pooled connection already closed")
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")
+            return conn
+        except BaseException:
+            self._pool.putconn(conn, close=True)
+            raise
 
     def connect(self):
         return self.db.connect()
@@ -93,30 +124,42 @@ class Archiver(ChunkStore):
             cur.execute("SELECT key, value FROM moirae_archive_state WHERE key LIKE 'horizon:%%'")
             for key, value in cur.fetchall():
                 self._horizons[key.split(":", 1)[1]] = datetime.fromisoformat(value)
+            # streams archived before intervals were per stream used chunk_span
+            cur.execute("UPDATE moirae_streams s SET chunk_us = %s WHERE chunk_us IS NULL AND EXISTS "
+                        "(SELECT 1 FROM moirae_chunks c WHERE c.stream = s.stream)", (self.grid.span_us,))
+            self._intervals.update(chunks.load_intervals(cur))
 
-    def register_stream(self, spec: StreamSpec) -> StreamSpec:
-        """Create the stream's partitioned table (idempotent for the same schema)."""
+    def register_stream(self, spec: StreamSpec, chunk_interval: timedelta | None = None) -> StreamSpec:
+        """Create the stream's partitioned table (idempotent for the same schema).
+        ``chunk_interval`` fixes the stream's chunk interval now (else its first batch
+        does, see :meth:`fix_interval`); a stream's interval never changes."""
         with self._lock:
-            old = self._streams.get(spec.name)
-            if old is not None:
-                if (old.ts_col, old.columns) != (spec.ts_col, spec.columns):
-                    raise SchemaConflict(
-                        f"stream {spec.name!r} is archived with columns {_describe(old)}; "
-                        f"cannot re-register it with {_describe(spec)}")
-                if (old.indexes, old.retention, old.kind) != (spec.indexes, spec.retention, spec.kind):
-                    self._save_spec(spec)
-                    self._streams[spec.name] = spec
-                return self._streams[spec.name]
-            cols = ", ".join(f"{quote(c)} {t.value}" for c, t in spec.columns.items())
-            ddl = (f"CREATE TABLE IF NOT EXISTS {quote(spec.name)} (_sid bigint NOT NULL, "
-                   f"_batch bigint NOT NULL, {quote(spec.ts_col)} timestamptz NOT NULL"
-                   f"{', ' + cols if cols else ''}) PARTITION BY RANGE ({quote(spec.ts_col)})")
-            with self._conn() as conn, conn.cursor() as cur:
-                cur.execute("SELECT pg_advisory_xact_lock(7340001)")
-                cur.execute(ddl)
-            self._save_spec(spec)
-            self._streams[spec.name] = spec
-            return spec
+            spec = self._register(spec)
+        if chunk_interval is not None:
+            chunks.set_interval(self, spec.name, chunk_interval)
+        return spec
+
+    def _register(self, spec: StreamSpec) -> StreamSpec:
+        old = self._streams.get(spec.name)
+        if old is not None:
+            if (old.ts_col, old.columns) != (spec.ts_col, spec.columns):
+                raise SchemaConflict(
+                    f"stream {spec.name!r} is archived with columns {_describe(old)}; "
+                    f"cannot re-register it with {_describe(spec)}")
+            if (old.indexes, old.retention, old.kind) != (spec.indexes, spec.retention, spec.kind):
+                self._save_spec(spec)
+                self._streams[spec.name] = spec
+            return self._streams[spec.name]
+        cols = ", ".join(f"{quote(c)} {t.value}" for c, t in spec.columns.items())
+        ddl = (f"CREATE TABLE IF NOT EXISTS {quote(spec.name)} (_sid bigint NOT NULL, "
+               f"_batch bigint NOT NULL, {quote(spec.ts_col)} timestamptz NOT NULL"
+               f"{', ' + cols if cols else ''}) PARTITION BY RANGE ({quote(spec.ts_col)})")
+        with self._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(7340001)")
+            cur.execute(ddl)
+        self._save_spec(spec)
+        self._streams[spec.name] = spec
+        return spec
 
     def _save_spec(self, spec: StreamSpec) -> None:
         with self._conn() as conn, conn.cursor() as cur:
@@ -153,7 +196,9 @@ class Archiver(ChunkStore):
         """
         spec = self.stream(stream)
         with self._stream_lock(stream):  # one writer per stream: the memory mirror follows commit order
-            return self._append(spec, batch_id, data, bulk)
+            # a lost connection rolled the transaction back (or committed it, and the batch
+            # log makes the retry a no-op): the whole append is retried through an outage
+            return self.db.retry(lambda: self._append(spec, batch_id, data, bulk), f"append to {stream!r}")
 
     def _stream_lock(self, stream: str) -> threading.Lock:
         with self._lock:
@@ -167,8 +212,15 @@ class Archiver(ChunkStore):
             good["_sid"] = source_ids(stream, good, spec.id_columns)
         good["_batch"] = np.int64(batch_id)
         us = good[spec.ts_col].astype("int64").to_numpy() if len(good) else np.empty(0, dtype=np.int64)
-        chunk_ids = np.floor_divide(us, self.grid.span_us)
+        grid = (self.fix_interval(stream, len(us), timedelta(microseconds=int(us.max() - us.min())))
+                if len(us) else self.grid_of(stream))
+        chunk_ids = np.floor_divide(us, grid.span_us)
         touched = sorted({int(c) for c in np.unique(chunk_ids)})
+        if len(touched) > MAX_CHUNKS_PER_BATCH:
+            raise BatchTooWide(f"batch {batch_id} of stream {stream!r} spans {len(touched)} chunks of "
+                               f"{grid.span}; one transaction may write at most {MAX_CHUNKS_PER_BATCH} "
+                               "(PostgreSQL's lock table): send smaller batches or set a larger archive.chunk_span")
+        chunks.ensure_chunks(self, spec, touched, bulk)  # creation in short transactions of its own
         with self._conn() as conn, conn.cursor() as cur:
             cur.execute(
                 "INSERT INTO moirae_batches (stream, batch_id, rows, dead_letters) VALUES (%s, %s, %s, %s) "
@@ -176,7 +228,7 @@ class Archiver(ChunkStore):
             if cur.fetchone() is None:
                 conn.rollback()
                 return AppendResult(stream, batch_id, 0, 0, 0, True, ())
-            tiers_now = self._ensure_chunks(cur, spec, touched, bulk)
+            tiers_now = chunks.create_in(self, cur, spec, touched, bulk)
             late_per_chunk: dict[int, int] = {}
             rows_per_chunk: dict[int, int] = {}
             whole: set[int] = set()
@@ -201,41 +253,92 @@ class Archiver(ChunkStore):
                 execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
                                [(stream, batch_id, json.dumps(d.row), d.reason) for d in dead])
         self._mirror(spec, good, chunk_ids, tiers_now, bulk, whole)
+        simindex.invalidate(self, stream, rows_per_chunk)  # a chunk's similarity index is of its old rows
         newest = good[spec.ts_col].max().to_pydatetime() if len(good) else None
         return AppendResult(stream, batch_id, len(good), sum(late_per_chunk.values()), len(dead), False,
                             tuple(touched), newest)
 
+    # -- chunk layout (archive.chunks) -------------------------------------------------
+
+    def grid_of(self, stream: str) -> ChunkGrid:
+        """The stream's own chunk grid: its recorded interval, else its configured one,
+        else ``chunk_span`` (until its first batch fixes it)."""
+        span = self._intervals.get(stream) or self.settings.chunk_intervals.get(stream)
+        return ChunkGrid(span) if span else self.grid
+
+    def grid_for(self, streams: Iterable[str]) -> ChunkGrid:
+        """The task grid of a history-query over ``streams`` (their coarsest interval)."""
+        return chunks.task_grid(self, streams)
+
+    def fix_interval(self, stream: str, rows: int, span: timedelta) -> ChunkGrid:
+        """The stream's grid, choosing and recording its interval first if none is fixed:
+        configured, else from ``rows`` over ``span`` (raw streams, with
+        ``chunk_target_rows`` set), else ``chunk_span``."""
+        return chunks.fix_interval(self, stream, rows, span)
+
+    def ensure_chunks(self, stream: str, chunk_ids: Iterable[int], bulk: bool = False) -> dict[int, Tier]:
+        """Create the missing chunks of ``stream`` among ``chunk_ids`` (its own grid), in
+        transactions of at most ``archive.chunks.CHUNKS_PER_TRANSACTION``; their tiers."""
+        self.fix_interval(stream, 0, timedelta(0))
+        return chunks.ensure_chunks(self, self.stream(stream), chunk_ids, bulk)
+
+    def ensure_span(self, stream: str, min_ts: datetime, max_ts: datetime, bulk: bool = False,
+                    rows: int | None = None) -> dict[int, Tier]:
+        """Ensure the chunks covering ``[min_ts, max_ts]`` of ``stream`` exist, with bounded
+        locks per transaction (see :func:`archive.chunks.ensure_span`)."""
+        return chunks.ensure_span(self, stream, min_ts, max_ts, bulk, rows)
+
+    # -- the executor write path (archive.exec_sink) -----------------------------------
+
+    def has_interval(self, stream: str) -> bool:
+        """Whether ``stream``'s chunk interval is fixed (recorded in the catalog)."""
+        return stream in self._intervals
+
+    def batch_done(self, stream: str, batch_id: int) -> bool:
+        """Whether ``(stream, batch_id)`` is in the batch log (a replay is then a no-op)."""
+        with self._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM moirae_batches WHERE stream = %s AND batch_id = %s", (stream, batch_id))
+            return cur.fetchone() is not None
+
+    def commit_parts(self, stream: str, batch_id: int) -> AppendResult:
+        """Commit a micro-batch whose partitions the executors have archived
+        (:mod:`archive.exec_sink`): in one transaction, log the batch, add its
+        per-partition counts to the chunk catalog and forget the partition records.
+        The present mirror drops the touched chunks; their next read goes to SQL."""
+        spec = self.stream(stream)
+        with self._stream_lock(stream), self._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT rows, dead_letters, chunks, max_us FROM moirae_batch_parts "
+                        "WHERE stream = %s AND batch_id = %s", (stream, batch_id))
+            parts = cur.fetchall()
+            rows = sum(p[0] for p in parts)
+            dead = sum(p[1] for p in parts)
+            newest = max((p[3] for p in parts if p[3] is not None), default=None)
+            per_chunk: dict[int, int] = {}
+            late: dict[int, int] = {}
+            for _, _, chunks, _ in parts:
+                for cid, (n, lt) in chunks.items():
+                    per_chunk[int(cid)] = per_chunk.get(int(cid), 0) + n
+                    late[int(cid)] = late.get(int(cid), 0) + lt
+            cur.execute(
+                "INSERT INTO moirae_batches (stream, batch_id, rows, dead_letters) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING batch_id", (stream, batch_id, rows, dead))
+            if cur.fetchone() is None:
+                conn.rollback()
+                return AppendResult(stream, batch_id, 0, 0, 0, True, ())
+            if per_chunk:
+                execute_values(
+                    cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "
+                    "FROM (VALUES %s) AS v(stream, cid, n, l) WHERE c.stream = v.stream AND c.chunk_id = v.cid",
+                    [(stream, cid, n, late.get(cid, 0)) for cid, n in per_chunk.items()],
+                    template="(%s, %s::bigint, %s::bigint, %s::bigint)", page_size=100_000)
+            cur.execute("DELETE FROM moirae_batch_parts WHERE stream = %s AND batch_id = %s", (stream, batch_id))
+        for cid in per_chunk:
+            self.present.invalidate(spec.name, cid)
+        max_ts = None if newest is None else datetime.fromtimestamp(0, UTC) + timedelta(microseconds=newest)
+        return AppendResult(stream, batch_id, rows, sum(late.values()), dead, False, tuple(sorted(per_chunk)), max_ts)
+
     def _ensure_chunks(self, cur, spec: StreamSpec, chunk_ids: list[int], bulk: bool) -> dict[int, Tier]:
-        """Create missing partitions and catalog rows; return every touched chunk's tier."""
-        if not chunk_ids:
-            return {}
-        cur.execute("SELECT chunk_id, tier, dropped FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s)",
-                    (spec.name, chunk_ids))
-        found = {cid: (Tier(t), dropped) for cid, t, dropped in cur.fetchall()}
-        horizon = self._horizons.get(spec.name)
-        out: dict[int, Tier] = {}
-        for cid in chunk_ids:
-            if cid in found and not found[cid][1]:
-                out[cid] = found[cid][0]
-                continue
-            start, end = self.grid.bounds(cid)
-            tier = Tier.OLD if bulk or (horizon is not None and end <= horizon) else Tier.PRESENT
-            part = partition_name(spec.name, cid)
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (spec.name,))
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {quote(part)} PARTITION OF {quote(spec.name)} "
-                        "FOR VALUES FROM (%s) TO (%s)", (start, end))
-            # Reset the counts only when reviving a dropped chunk: a concurrent writer may
-            # have created this chunk (and counted its rows) since the SELECT above.
-            cur.execute("INSERT INTO moirae_chunks (stream, chunk_id, start_ts, end_ts, tier) "
-                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (stream, chunk_id) DO UPDATE "
-                        "SET dropped = false, tier = EXCLUDED.tier, rows = 0, late_rows = 0 "
-                        "WHERE moirae_chunks.dropped RETURNING tier", (spec.name, cid, start, end, tier.value))
-            row = cur.fetchone()
-            if row is None:
-                cur.execute("SELECT tier FROM moirae_chunks WHERE stream = %s AND chunk_id = %s", (spec.name, cid))
-                row = cur.fetchone()
-            out[cid] = Tier(row[0])
-        return out
+        return chunks.create_in(self, cur, spec, chunk_ids, bulk)
 
     def _mirror(self, spec, good, chunk_ids, tiers_now, bulk, whole: set[int]) -> None:
         for cid, tier in tiers_now.items():
@@ -266,13 +369,11 @@ class Archiver(ChunkStore):
                     for s, c, st, en, t, r, lr, ix, m in cur.fetchall()]
 
     def chunk_ids(self, streams: Iterable[str]) -> list[int]:
+        """Task ids (on :meth:`grid_for` of ``streams``) holding data of any of them, newest first."""
         names = list(streams)
         for s in names:
             self.stream(s)
-        with self._conn() as conn, conn.cursor() as cur:
-            cur.execute("SELECT DISTINCT chunk_id FROM moirae_chunks WHERE stream = ANY(%s) AND NOT dropped "
-                        "ORDER BY chunk_id DESC", (names,))
-            return [r[0] for r in cur.fetchall()]
+        return self._task_ids.get(self, names)
 
     def present_frame(self, stream: str, chunk_id: int) -> pd.DataFrame:
         """The rows of one chunk (``_sid``, event time, payload). A present chunk is held in
@@ -323,7 +424,7 @@ class Archiver(ChunkStore):
         """Record one row refused after archiving (e.g. a context a query cannot use)."""
         with self._conn() as conn, conn.cursor() as cur:
             cur.execute("INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES (%s, NULL, %s, %s)",
-                        (stream, json.dumps(row, default=str), reason))
+                        (stream, json.dumps(_safe_row(row), default=str), storable(reason)))
 
     def dead_letters(self, stream: str | None = None, limit: int = 100) -> list[dict]:
         with self._conn() as conn, conn.cursor() as cur:
@@ -351,7 +452,9 @@ class Archiver(ChunkStore):
         return tiers.apply_retention(self, contributing)
 
     def status(self) -> dict[str, Any]:
-        return tiers.status(self)
+        out = tiers.status(self)
+        out["database"] = self.db.outages()  # reachability: the outage under way and the recorded ones
+        return out
 
     def prepare(self, sql: str) -> HistoryQuery:
         return history.prepare(sql, set(self._streams))
@@ -365,6 +468,11 @@ class Archiver(ChunkStore):
 # and Spark's NaN would become indistinguishable from null.
 _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(),
              pa.bool_(): pd.BooleanDtype()}
+
+
+def _safe_row(row: Mapping[str, Any]) -> dict:
+    """A dead letter's row with text PostgreSQL cannot hold spelled as escapes."""
+    return {storable(str(k)): storable(v) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def _options(db: Database) -> str | None:

@@ -11,6 +11,10 @@ CREATE TABLE IF NOT EXISTS moirae_streams (
     retention   jsonb NOT NULL DEFAULT '{"policy": "keep_all"}',
     created_at  timestamptz NOT NULL DEFAULT now()
 );
+-- the stream's chunk interval in microseconds, fixed once its first chunk exists (archive.chunks)
+ALTER TABLE moirae_streams ADD COLUMN IF NOT EXISTS chunk_us bigint CHECK (chunk_us > 0);
+-- bumped whenever a chunk of the stream is created, revived or dropped (task-id caches)
+ALTER TABLE moirae_streams ADD COLUMN IF NOT EXISTS chunks_version bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS moirae_chunks (
     stream       text NOT NULL REFERENCES moirae_streams(stream),
     chunk_id     bigint NOT NULL,

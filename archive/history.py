@@ -29,6 +29,7 @@ from archive.abc import (
     UnsafeQuery,
 )
 from archive.names import quote
+from archive.pg import is_connection_lost
 
 # Statement kinds that must never appear anywhere inside a history-query.
 _FORBIDDEN = tuple(getattr(exp, n) for n in (
@@ -153,7 +154,7 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
         raise MissingParameter(f"history-query needs a value for :{missing[0]} (given: {sorted(params)})")
     ts_cols = tuple((s, archiver.stream(s).ts_col) for s in query.streams)
     text = render(query.template, ts_cols)
-    lo, hi = archiver.grid.bounds(chunk_id)
+    lo, hi = archiver.grid_for(query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
     bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
     timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
     own = conn is None
@@ -175,6 +176,8 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
                         f"history-query over chunk {chunk_id} exceeded {timeout} ms: {query.template!r}") from None
                 raise HistoryQueryCancelled(f"history-query over chunk {chunk_id} was cancelled") from None
             except psycopg2.Error as exc:
+                if is_connection_lost(exc):
+                    raise  # the server went away: the caller's retry reconnects (archive.pg)
                 if not conn.closed:
                     cur.execute("ROLLBACK")
                 msg = (exc.pgerror or str(exc)).strip().splitlines()[0]

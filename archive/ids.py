@@ -63,8 +63,8 @@ def source_ids(stream: str, frame: pd.DataFrame, columns: Sequence[tuple[str, Co
         if null.all():
             continue
         if ctype is ColumnType.TEXT:
-            codes, uniques = pd.factorize(s.astype(object).where(~null, ""), use_na_sentinel=False)
-            hashed = hash_coded(codes.astype(np.int64), [str(u).encode("utf-8") for u in uniques], h)
+            codes, uniques = _factorize_text(s.astype(object).where(~null, ""))
+            hashed = hash_coded(codes, [str(u).encode("utf-8") for u in uniques], h)
         elif ctype is ColumnType.BOOLEAN:
             hashed = hash4(s.fillna(False).astype(bool).to_numpy().astype(np.uint32), h)
         elif ctype is ColumnType.DOUBLE:
@@ -83,6 +83,24 @@ def source_ids(stream: str, frame: pd.DataFrame, columns: Sequence[tuple[str, Co
             hashed = hash8(s.astype("Int64").to_numpy(dtype=np.int64, na_value=0).view(np.uint64), h)
         h = np.where(null, h, hashed)
     return h.view(np.int64)
+
+
+def _factorize_text(values: pd.Series) -> tuple[np.ndarray, list]:
+    """Codes and distinct values of a text column, exactly.
+
+    pandas' factorize hashes an all-string column as C strings, which end at a NUL: it
+    gives ``"a\\x00b"`` and ``"a\\x00c"`` (and ``"a"``) one code. The result is therefore
+    checked against the column (one vectorised comparison); on a mismatch the values are
+    factorized by Python's own hashing, which sees every character.
+    """
+    codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    uniques = np.asarray(uniques, dtype=object)
+    arr = values.to_numpy(dtype=object)
+    if len(arr) and not (uniques[codes] == arr).all():
+        index: dict = {}
+        codes = np.fromiter((index.setdefault(v, len(index)) for v in arr), dtype=np.int64, count=len(arr))
+        uniques = np.array(list(index), dtype=object)
+    return codes.astype(np.int64), list(uniques)
 
 
 def source_ids_reference(stream: str, frame: pd.DataFrame, columns: Sequence[tuple[str, ColumnType]]) -> np.ndarray:

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from archive import simindex
 from archive.copy import copy_csv, frame_to_csv
 from archive.ids import source_ids
 from archive.names import partition_name, quote
@@ -46,7 +47,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
                                    f"{dead[0].reason} ({dead[0].row})")
     if len(good):
         us = good[spec.ts_col].astype("int64").to_numpy()
-        outside = np.floor_divide(us, arch.grid.span_us) != chunk_id
+        outside = np.floor_divide(us, arch.grid_of(stream).span_us) != chunk_id
         if outside.any():
             bad = good[spec.ts_col][outside].iloc[0]
             raise MaterializationError(f"replica output for {stream!r} chunk {chunk_id} has a row at {bad}, "
@@ -78,6 +79,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
             cur.execute("UPDATE moirae_chunks SET materialized = ARRAY(SELECT DISTINCT unnest(materialized || %s)) "
                         "WHERE stream = %s AND chunk_id = %s", ([tag], src, cid))
     arch.present.invalidate(stream, chunk_id)
+    simindex.invalidate(arch, stream, [chunk_id])  # re-materialized: the chunk's similarity index is stale
     return len(good)
 
 

@@ -8,11 +8,18 @@ share one server without seeing each other's tables.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
+import threading
+import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg2
 import psycopg2.extensions
@@ -20,11 +27,86 @@ import psycopg2.extensions
 from scheduler.errors import MoiraeError
 
 ENV_DSN = "MOIRAE_PG_DSN"
+ENV_RETRY = "MOIRAE_PG_RETRY_SECONDS"
+DEFAULT_RETRY_SECONDS = 120.0
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 class DatabaseUnavailable(MoiraeError, ConnectionError):
     """The configured PostgreSQL cannot be reached or started."""
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """True for errors that mean the server is gone or not accepting connections (retry
+    later), False for errors of the statement itself (a timeout, a cancel, bad SQL).
+
+    >>> is_connection_lost(psycopg2.OperationalError("server closed the connection unexpectedly"))
+    True
+    >>> is_connection_lost(ValueError("invalid input syntax"))
+    False
+    """
+    if isinstance(exc, DatabaseUnavailable):
+        return exc.__cause__ is None or is_connection_lost(exc.__cause__)
+    if not isinstance(exc, psycopg2.OperationalError | psycopg2.InterfaceError):
+        return False
+    code = getattr(exc, "pgcode", None)
+    # no SQLSTATE: the socket broke; 08: connection exception; 57P01-03: admin shutdown,
+    # crash shutdown, cannot connect now (starting up)
+    return code is None or code.startswith("08") or code in ("57P01", "57P02", "57P03")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class Health:
+    """The reachability of one server, as the engine saw it: the outage under way (if
+    any) and the finished ones, each with its start, end, retries and last error."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.current: dict[str, Any] | None = None
+        self.outages: list[dict[str, Any]] = []
+
+    def failed(self, what: str, exc: BaseException) -> None:
+        with self._lock:
+            if self.current is None:
+                self.current = {"start": _now(), "end": None, "retries": 0, "during": what}
+                log.warning("PostgreSQL unreachable (%s): %s; retrying with backoff", what, _one_line(exc))
+            self.current["retries"] += 1
+            self.current["last_error"] = _one_line(exc)
+
+    def recovered(self) -> dict[str, Any] | None:
+        """End the outage under way (if any) and return it."""
+        with self._lock:
+            done, self.current = self.current, None
+            if done is None:
+                return None
+            done["end"] = _now()
+            self.outages.append(done)
+        log.warning("PostgreSQL reachable again after %d retries (outage since %s)", done["retries"], done["start"])
+        return done
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            return {"state": "down" if self.current else "up", "current": dict(self.current or {}) or None,
+                    "outages": [dict(o) for o in self.outages]}
+
+
+_HEALTH: dict[str, Health] = {}
+_HEALTH_LOCK = threading.Lock()
+
+
+def health(dsn: str) -> Health:
+    """The one :class:`Health` record of a DSN in this process."""
+    with _HEALTH_LOCK:
+        return _HEALTH.setdefault(dsn, Health())
+
+
+OUTAGES_DDL = ("CREATE TABLE IF NOT EXISTS moirae_outages (id bigserial PRIMARY KEY, start_ts timestamptz NOT NULL, "
+               "end_ts timestamptz NOT NULL, retries int NOT NULL, during text, last_error text)")
 
 
 def embedded_dsn(data_dir: str | os.PathLike) -> str:
@@ -51,11 +133,15 @@ class Database:
     every connection, so unqualified table names land there.
     """
 
-    def __init__(self, dsn: str, schema: str | None = None) -> None:
+    def __init__(self, dsn: str, schema: str | None = None, retry_seconds: float | None = None) -> None:
         if schema is not None and not _SCHEMA_RE.match(schema):
             raise ValueError(f"schema must be a lower-case SQL identifier, got {schema!r}")
         self.dsn = dsn
         self.schema = schema
+        self.retry_seconds = float(os.environ.get(ENV_RETRY, DEFAULT_RETRY_SECONDS)
+                                   if retry_seconds is None else retry_seconds)
+        self.health = health(dsn)
+        self._reached = False  # before the first answer an unreachable server is an error, not an outage
         if schema is not None:
             with self.connection(search_path=False) as conn, conn.cursor() as cur:
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
@@ -66,8 +152,74 @@ class Database:
         dsn = os.environ.get(ENV_DSN) or embedded_dsn(data_dir)
         return cls(dsn, schema)
 
+    def retry(self, fn: Callable[[], T], what: str, on_lost: Callable[[], Any] | None = None) -> T:
+        """Run ``fn`` (one whole unit of work: a connection, a transaction, an idempotent
+        append), again with exponential backoff (0.1 s doubling to 5 s) while it fails
+        because the server became unreachable, for at most ``retry_seconds``. Every other
+        error passes through at once, and so does a server never reached yet (a wrong
+        DSN is a configuration error, not an outage). The outage is recorded in :attr:`health` and, once
+        the server answers again, in the ``moirae_outages`` table (``archive status``).
+        ``on_lost`` runs after each lost attempt (e.g. to drop a dead connection)."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.1
+        while True:
+            try:
+                out = fn()
+            except Exception as exc:
+                if not is_connection_lost(exc) or not self._reached:
+                    raise
+                self.health.failed(what, exc)
+                if on_lost is not None:
+                    on_lost()
+                if time.monotonic() + delay > deadline:
+                    raise DatabaseUnavailable(
+                        f"PostgreSQL at {_redact(self.dsn)} unreachable for {self.retry_seconds:g}s "
+                        f"({what}): {_one_line(exc)}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            self._reached = True
+            if self.health.current is not None:
+                done = self.health.recovered()
+                if done is not None:
+                    self._record_outage(done)
+            return out
+
+    def _record_outage(self, outage: dict[str, Any]) -> None:
+        try:
+            conn = self._connect_once(True)
+            try:
+                conn.autocommit = True
+                with conn.cursor() as cur:
+                    cur.execute(OUTAGES_DDL)
+                    cur.execute("INSERT INTO moirae_outages (start_ts, end_ts, retries, during, last_error) "
+                                "VALUES (%s, %s, %s, %s, %s)", (outage["start"], outage["end"], outage["retries"],
+                                                                outage["during"], outage.get("last_error")))
+            finally:
+                conn.close()
+        except Exception as exc:  # the report is best effort; the in-memory record stays
+            log.warning("could not record the PostgreSQL outage: %s", _one_line(exc))
+
+    def outages(self, limit: int = 20) -> dict[str, Any]:
+        """The outage under way (this process) and the recorded ones (any process), newest first."""
+        report = self.health.report()
+        with self.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('moirae_outages') IS NOT NULL")
+            rows = []
+            if cur.fetchone()[0]:
+                cur.execute("SELECT start_ts, end_ts, retries, during, last_error FROM moirae_outages "
+                            "ORDER BY id DESC LIMIT %s", (limit,))
+                rows = cur.fetchall()
+        keys = ("start", "end", "retries", "during", "last_error")
+        report["outages"] = [json.loads(json.dumps(dict(zip(keys, r, strict=True)), default=str)) for r in rows]
+        return report
+
     def connect(self, search_path: bool = True, **kwargs) -> psycopg2.extensions.connection:
-        """A new connection (the caller closes it)."""
+        """A new connection (the caller closes it); retried with backoff while the server
+        is unreachable (:meth:`retry`)."""
+        return self.retry(lambda: self._connect_once(search_path, **kwargs), "connect")
+
+    def _connect_once(self, search_path: bool = True, **kwargs) -> psycopg2.extensions.connection:
         options = kwargs.pop("options", "")
         if search_path and self.schema:
             options = f"{options} -c search_path={self.schema},public".strip()
@@ -97,6 +249,10 @@ class Database:
         if self.schema:
             with self.connection(search_path=False) as conn, conn.cursor() as cur:
                 cur.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _redact(dsn: str) -> str:

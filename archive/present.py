@@ -26,7 +26,9 @@ class PresentCache:
         only to a copy already complete (a chunk not yet loaded is read on demand)."""
         with self._lock:
             frames = self._frames.get((stream, chunk_id))
-            if frames is not None:
+            if frames is not None and self._rows_locked() + len(frame) > self.max_rows:
+                del self._frames[(stream, chunk_id)]  # over the bound: read from PostgreSQL from now on
+            elif frames is not None:
                 frames.append(frame)
             elif whole and self._rows_locked() + len(frame) <= self.max_rows:
                 self._frames[(stream, chunk_id)] = [frame]

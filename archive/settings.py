@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 
@@ -10,12 +11,21 @@ from datetime import timedelta
 class ArchiveSettings:
     """``chunk_span``: width of one chunk on the global grid. ``recent_chunks``: R, how
     many chunks behind the present tier stay indexed and materialized.
-    ``statement_timeout_ms``: the ceiling for any one history-query."""
+    ``statement_timeout_ms``: the ceiling for any one history-query.
+
+    Chunk intervals are per stream (issue 12; see :mod:`archive.chunks`): a stream named
+    in ``chunk_intervals`` gets that interval; otherwise, with ``chunk_target_rows`` set,
+    a raw stream's interval is chosen from the rate of its first batch so that a chunk
+    holds about that many rows (rounded down to a calendar-friendly step); otherwise it
+    is ``chunk_span``. Once a stream's first chunk exists its interval is fixed (recorded
+    in the catalog)."""
 
     chunk_span: timedelta = timedelta(hours=1)
     recent_chunks: int = 24
     statement_timeout_ms: int = 30_000
     present_cache_rows: int = 2_000_000
+    chunk_target_rows: int | None = None
+    chunk_intervals: Mapping[str, timedelta] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.chunk_span <= timedelta(0):
@@ -24,3 +34,9 @@ class ArchiveSettings:
             raise ValueError(f"recent_chunks must be >= 0, got {self.recent_chunks}")
         if self.statement_timeout_ms <= 0:
             raise ValueError(f"statement_timeout_ms must be > 0, got {self.statement_timeout_ms}")
+        if self.chunk_target_rows is not None and self.chunk_target_rows <= 0:
+            raise ValueError(f"chunk_target_rows must be > 0 (or None: no rate-based choice), "
+                             f"got {self.chunk_target_rows}")
+        for name, span in self.chunk_intervals.items():
+            if not isinstance(span, timedelta) or span < timedelta(seconds=1) or span % timedelta(seconds=1):
+                raise ValueError(f"chunk_intervals[{name!r}] must be a whole number of seconds >= 1 s, got {span!r}")

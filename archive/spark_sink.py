@@ -1,22 +1,28 @@
 """The Archive sink: a foreachBatch writer that archives a streaming DataFrame (M 4.1,
 DESIGN.md §4 flow 1).
 
-Each micro-batch is cast to the stream's archive types, given its deterministic source
-ids by Spark itself (``xxhash64``, the same function :mod:`archive.ids` computes in
-Python), pulled to the driver as Arrow and appended with its batch id. Spark replays an
-unfinished batch with the same id after a restart from its checkpoint, and the batch log
-turns that replay into a no-op: exactly-once.
+Each micro-batch is cast to the stream's archive types and given its deterministic
+source ids by Spark itself (``xxhash64``, the same function :mod:`archive.ids` computes
+in Python); then each partition COPYs its own rows from its executor
+(:mod:`archive.exec_sink`). Spark replays an unfinished batch with the same id after a
+restart from its checkpoint; the per-partition records make the partitions already
+written no-ops, and the batch log makes a committed batch one: exactly-once.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from datetime import timedelta
 
+from archive.abc import AppendResult
 from archive.archiver import Archiver
+from archive.exec_sink import SUMMARY_SCHEMA, PartitionJob
 from archive.ids import spark_source_id
 from archive.streams import StreamSpec
 from archive.types import ColumnType, from_spark
 
+EXECUTOR_DSN_ENV = "MOIRAE_EXECUTOR_PG_DSN"
 _SPARK_TYPES = {
     ColumnType.BIGINT: "bigint", ColumnType.DOUBLE: "double", ColumnType.TEXT: "string",
     ColumnType.BOOLEAN: "boolean", ColumnType.TIMESTAMPTZ: "timestamp",
@@ -46,23 +52,72 @@ def prepare_batch(df, spec: StreamSpec):
     return typed
 
 
-def archive_batches(archiver: Archiver, stream: str,
-                    on_batch: Callable | None = None) -> Callable:
-    """A ``foreachBatch`` function archiving each micro-batch into ``stream``.
+def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None = None,
+                    executor_dsn: str | None = None,
+                    after_part: Callable[[int, int], None] | None = None) -> Callable:
+    """A ``foreachBatch`` function archiving each micro-batch into ``stream`` from the
+    executors (:mod:`archive.exec_sink`): every partition COPYs its own rows.
 
-    ``on_batch(result, batch_df)`` (optional) runs after the append commits, so the
-    engine can feed the same batch to provenance or event detection.
+    The driver never collects the batch. It skips a batch already in the batch log,
+    runs the partition writers (one Spark job; each returns one summary row), creates
+    any chunk a partition found missing and runs them again (the partitions already
+    written are no-ops), then commits the batch (:meth:`Archiver.commit_parts`).
+    ``executor_dsn``: the DSN executors connect with (default: ``MOIRAE_EXECUTOR_PG_DSN``
+    if set, else the archive's own).
+    ``after_part(batch_id, part)`` runs on the executor after a partition commits (tests).
+    ``on_batch(result, batch_df)`` (optional) runs on the driver after the whole batch
+    committed, with the counts summed over partitions.
     """
     spec = archiver.stream(stream)
+    expected = {"_sid", spec.ts_col, *spec.columns}
+    dsn = executor_dsn or os.environ.get(EXECUTOR_DSN_ENV) or archiver.db.dsn
 
     def write(batch_df, batch_id: int) -> None:
-        typed = prepare_batch(batch_df, spec)
-        table = typed.toArrow()
-        result = archiver.append(stream, int(batch_id), table)
+        batch_id = int(batch_id)
+        if archiver.batch_done(stream, batch_id):
+            result = AppendResult(stream, batch_id, 0, 0, 0, True, ())
+        else:
+            typed = prepare_batch(batch_df, spec)
+            if set(typed.columns) != expected:  # the whole batch is dead-lettered, naming the columns
+                result = archiver.append(stream, batch_id, typed.toArrow())
+            else:
+                result = _write_from_executors(archiver, spec, typed, batch_id, _span_us(archiver, spec, typed),
+                                               dsn, after_part)
         if on_batch is not None:
             on_batch(result, batch_df)
 
     return write
+
+
+def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
+    """The stream's chunk interval in microseconds. Before the stream's first non-empty
+    batch it is not fixed yet: one small aggregate (rows, first and last event time)
+    lets the Archiver choose it from the batch's rate, as its own append path does."""
+    if archiver.has_interval(spec.name):
+        return archiver.grid_of(spec.name).span_us
+    from pyspark.sql import functions as F
+
+    us = F.unix_micros(F.col(spec.ts_col))
+    r = typed.agg(F.count(us).alias("n"), F.min(us).alias("lo"), F.max(us).alias("hi")).first()
+    if not r["n"]:
+        return archiver.grid_of(spec.name).span_us
+    return archiver.fix_interval(spec.name, r["n"], timedelta(microseconds=r["hi"] - r["lo"])).span_us
+
+
+def _write_from_executors(archiver, spec, typed, batch_id, span_us, dsn, after_part):
+    job = PartitionJob(dsn, archiver.db.schema, spec, batch_id, span_us, after_part)
+    typed = typed.select("_sid", spec.ts_col, *spec.columns)
+    created: set[int] = set()
+    for _ in range(8):
+        missing = {c for r in typed.mapInArrow(job, SUMMARY_SCHEMA).collect() for c in (r["missing"] or ())}
+        if not missing:
+            return archiver.commit_parts(spec.name, batch_id)
+        if missing <= created:
+            break
+        archiver.ensure_chunks(spec.name, missing)
+        created |= missing
+    raise RuntimeError(f"stream {spec.name!r} batch {batch_id}: chunks {sorted(missing)} still missing after "
+                       "creating them (dropped meanwhile by retention?)")
 
 
 def spark_schema(spec: StreamSpec, with_ids: bool = False):

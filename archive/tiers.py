@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from archive import simindex
 from archive.abc import Tier
 from archive.names import index_name, partition_name, quote
 from archive.streams import Retention
@@ -146,6 +147,7 @@ def apply_retention(arch: Archiver, contributing: Contributing | None) -> list[T
                     deleted = cur.rowcount
                     cur.execute("UPDATE moirae_chunks SET pruned = true, rows = rows - %s "
                                 "WHERE stream = %s AND chunk_id = %s", (deleted, spec.name, info.chunk_id))
+                simindex.invalidate(arch, spec.name, [info.chunk_id])
                 out.append(Transition(spec.name, info.chunk_id, Tier.OLD, Tier.OLD, "prune", deleted))
         elif policy is Retention.DROP_AFTER_N_OLD_CHUNKS:
             for info in old[spec.retention.n:]:
@@ -153,6 +155,9 @@ def apply_retention(arch: Archiver, contributing: Contributing | None) -> list[T
                     cur.execute(f"DROP TABLE IF EXISTS {quote(partition_name(spec.name, info.chunk_id))}")
                     cur.execute("UPDATE moirae_chunks SET dropped = true, rows = 0, indexes = '{}' "
                                 "WHERE stream = %s AND chunk_id = %s", (spec.name, info.chunk_id))
+                    cur.execute("UPDATE moirae_streams SET chunks_version = chunks_version + 1 WHERE stream = %s",
+                                (spec.name,))
+                simindex.invalidate(arch, spec.name, [info.chunk_id])
                 out.append(Transition(spec.name, info.chunk_id, Tier.OLD, Tier.OLD, "drop", info.rows))
     return out
 
@@ -176,6 +181,8 @@ def status(arch: Archiver) -> dict[str, Any]:
             "dead_letters": int(dead.get(spec.name, 0)), "dropped_chunks": int(dropped.get(spec.name, 0)),
             "batches": int(batches.get(spec.name, 0)), "retention": spec.retention.to_json(),
             "horizon": h.isoformat() if (h := arch.horizon(spec.name)) else None,
+            "chunk_interval_seconds": arch.grid_of(spec.name).span.total_seconds(),
+            "chunk_interval_fixed": spec.name in arch._intervals,
         }
     for stream, tier, n, rows, late in tiers:
         s = streams.setdefault(stream, {"chunks": {t.value: 0 for t in Tier}, "rows": 0, "late_rows": 0})

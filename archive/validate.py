@@ -1,19 +1,69 @@
 """Splitting an incoming batch into archivable rows and dead letters.
 
-A row is a dead letter when it has no event time, an unparseable one, or a value that
-does not fit its column's type; a batch whose columns do not match the stream's schema
-dead-letters every row, naming the columns. The reason always names the column and value.
+A row is a dead letter when it has no event time, an unparseable one, a value that does
+not fit its column's type, or text PostgreSQL cannot hold (a NUL character, or an
+unpaired surrogate, which has no UTF-8 encoding); a batch whose columns do not match the
+stream's schema dead-letters every row, naming the columns. The reason always names the
+column and value.
+
+>>> text_problem("ok"), text_problem("a\\x00b")
+(None, 'contains a NUL character at position 1, which PostgreSQL text cannot hold')
+>>> text_problem("x\\ud800")
+'contains an unpaired surrogate U+D800 at position 1, which has no UTF-8 encoding'
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from archive.types import ColumnType, coerce
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Longest text value archived (characters). PostgreSQL's own limit is 1 GB per value; a
+#: monitored value this long is a malformed row (a runaway log line, a binary blob), and
+#: would bloat every chunk read by Recall.
+MAX_TEXT_CHARS = 1_000_000
+
+
+def text_problem(value: str) -> str | None:
+    """Why PostgreSQL ``text`` cannot hold ``value``, or None when it can: a NUL
+    character (PostgreSQL text cannot contain one), or an unpaired surrogate (no UTF-8
+    encoding exists for it, and the database's encoding is UTF-8)."""
+    i = value.find("\x00")
+    if i >= 0:
+        return f"contains a NUL character at position {i}, which PostgreSQL text cannot hold"
+    m = _SURROGATE.search(value)
+    if m is not None:
+        return f"contains an unpaired surrogate U+{ord(m.group()):04X} at position {m.start()}, which has no UTF-8 encoding"
+    if len(value) > MAX_TEXT_CHARS:
+        return f"is {len(value):,} characters long, more than the {MAX_TEXT_CHARS:,} a text value may hold"
+    return None
+
+
+def text_problems(values: pd.Series) -> np.ndarray:
+    """:func:`text_problem` of every string in ``values`` (others: None), as an object
+    array. Columns without a NUL or a surrogate (the usual case) cost two vectorised
+    scans and no Python call per row."""
+    out = np.full(len(values), None, dtype=object)
+    if not len(values):
+        return out
+    s = values.astype(object)
+    try:
+        acc = s.str
+    except AttributeError:  # no string in the column at all
+        return out
+    suspect = (acc.contains("\x00", regex=False, na=False)
+               | acc.contains(_SURROGATE.pattern, regex=True, na=False)
+               | (acc.len() > MAX_TEXT_CHARS).fillna(False)).to_numpy(dtype=bool)
+    idx = np.flatnonzero(suspect)
+    for i in idx:
+        out[i] = text_problem(s.iat[i])
+    return out
 
 
 @dataclass(frozen=True)
@@ -22,8 +72,49 @@ class DeadLetter:
     reason: str
 
 
+def storable(value: str) -> str:
+    """``value`` with what PostgreSQL cannot hold spelled as escapes (a NUL as the six
+    characters ``\\u0000``, an unpaired surrogate as ``\\udXXX``), so a dead letter keeps
+    the row as it came, readably.
+
+    >>> storable("a\\x00b") == "a\\\\u0000b", storable("ok")
+    (True, 'ok')
+    """
+    if text_problem(value) is None:
+        return value
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value.replace("\x00", "\\u0000"))
+
+
+def storable_json(obj):
+    """``obj`` (JSON-like: dicts, lists, scalars) with every string, keys included, made
+    :func:`storable` (PostgreSQL's jsonb cannot hold a NUL either).
+
+    >>> storable_json({"user": ["ok", "a\\x00"]}) == {"user": ["ok", "a\\\\u0000"]}
+    True
+    """
+    if isinstance(obj, str):
+        return storable(obj)
+    if isinstance(obj, dict):
+        return {storable_json(k): storable_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [storable_json(v) for v in obj]
+    return obj
+
+
+def storable_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Which rows of ``frame`` PostgreSQL text can hold (no string value with a NUL or an
+    unpaired surrogate in any object column), as a boolean array."""
+    ok = np.ones(len(frame), dtype=bool)
+    for col in frame.columns:
+        if frame[col].dtype == object or pd.api.types.is_string_dtype(frame[col]):
+            ok &= pd.isna(text_problems(frame[col]))
+    return ok
+
+
 def _jsonable(row: dict) -> dict:
-    return json.loads(pd.Series(row, dtype=object).to_json(date_format="iso", default_handler=str))
+    safe = {storable(k) if isinstance(k, str) else k: storable(v) if isinstance(v, str) else v
+            for k, v in row.items()}
+    return json.loads(pd.Series(safe, dtype=object).to_json(date_format="iso", default_handler=str))
 
 
 def split_batch(frame: pd.DataFrame, ts_col: str, schema: dict[str, ColumnType],
@@ -63,11 +154,22 @@ def split_batch(frame: pd.DataFrame, ts_col: str, schema: dict[str, ColumnType],
         for i in np.flatnonzero(new):
             reasons[i] = f"value {frame[col].iloc[i]!r} in column {col!r} is not {ctype.value}"
         bad |= col_bad
+        if ctype is ColumnType.TEXT:
+            why = text_problems(values)
+            for i in np.flatnonzero(pd.notna(why) & ~bad):
+                reasons[i] = f"value {_short(values.iloc[i])} in column {col!r} {why[i]}"
+            bad |= pd.notna(why)
         out[col] = values
     if "_sid" in frame.columns:
         out["_sid"] = frame["_sid"].to_numpy()
     dead = [DeadLetter(_jsonable(frame.iloc[i].to_dict()), reasons[i]) for i in np.flatnonzero(bad)]
     return out[~bad].reset_index(drop=True), dead
+
+
+def _short(value) -> str:
+    """``repr(value)``, cut to 80 characters (a reason names the value, it does not copy a megabyte)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def _empty(ts_col: str, schema: dict[str, ColumnType]) -> pd.DataFrame:

@@ -4,7 +4,11 @@
 files in SRC (one per trigger) into stream ``metrics``; after each append it writes the
 AppendResult as a JSON line to LOG. With ``--hang-on N`` it blocks after archiving batch
 N (after the database commit, before Spark commits the batch) until it is killed;
-without it, it processes everything available and exits.
+without it, it processes everything available and exits. ``--parts K`` hash-partitions
+each batch into K partitions by ``host`` (each partition COPYs its rows from its
+executor); with ``--hang-part P`` the hang is on the executor instead, right after
+partition P of batch N committed (before the partitions after it are written), and the
+executor appends ``{"batch": N, "part": P}`` to LOG first.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ def main(argv=None) -> int:
     for a in ("dsn", "schema", "src", "checkpoint", "log"):
         ap.add_argument(a)
     ap.add_argument("--hang-on", type=int)
+    ap.add_argument("--parts", type=int)
+    ap.add_argument("--hang-part", type=int)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from arch_helpers import make_archiver, metrics_spec
@@ -39,11 +45,21 @@ def main(argv=None) -> int:
         with open(args.log, "a") as f:
             f.write(json.dumps({"batch": result.batch_id, "rows": result.rows,
                                 "duplicate": result.duplicate}) + "\n")
-        if args.hang_on is not None and result.batch_id == args.hang_on:
+        if args.hang_on is not None and args.hang_part is None and result.batch_id == args.hang_on:
+            time.sleep(3600)
+
+    log, hang_on, hang_part = args.log, args.hang_on, args.hang_part
+
+    def after_part(batch_id, part):  # runs on the executor (pickled by value from __main__)
+        if hang_part is not None and (batch_id, part) == (hang_on, hang_part):
+            with open(log, "a") as f:
+                f.write(json.dumps({"batch": batch_id, "part": part}) + "\n")
             time.sleep(3600)
 
     stream = spark.readStream.schema(CSV_SCHEMA).option("maxFilesPerTrigger", 1).csv(args.src)
-    query = (stream.writeStream.foreachBatch(archive_batches(arch, "metrics", on_batch))
+    if args.parts:
+        stream = stream.repartition(args.parts, "host")
+    query = (stream.writeStream.foreachBatch(archive_batches(arch, "metrics", on_batch, after_part=after_part))
              .option("checkpointLocation", args.checkpoint).start())
     query.processAllAvailable()
     query.stop()

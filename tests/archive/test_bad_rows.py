@@ -127,3 +127,34 @@ def test_far_past_and_future_times_create_partitions_on_demand(archiver, when, s
     q = archiver.prepare("SELECT n FROM metrics ORDER BY n")
     assert archiver.run_history_query(q, {}, cid)["n"].tolist() == [0, 1, 2]
     assert archiver.run_history_query(q, {}, cid + 1).empty
+
+
+UNSTORABLE = ["a\x00b", "\x00", "x\ud800", "\udfff"]
+
+
+def test_text_postgresql_cannot_hold_is_dead_lettered_with_the_reason(archiver):
+    """NUL and unpaired surrogates (issue 12 §3): dead letters naming column, value and
+    why; the rest of the batch and the next batch archive normally, with the ids the
+    reference hash gives them."""
+    batch = rows(6)
+    batch["host"] = ["ok1", *UNSTORABLE, "ok2"]
+    result = archiver.append("metrics", 0, batch)
+    assert (result.rows, result.dead_letters, result.duplicate) == (2, 4, False)
+    dead = archiver.dead_letters("metrics")
+    reasons = [d["reason"] for d in dead]
+    assert all("column 'host'" in r for r in reasons), reasons
+    assert sum("NUL character" in r and "PostgreSQL text cannot hold" in r for r in reasons) == 2
+    assert sum("unpaired surrogate" in r for r in reasons) == 2
+    # the row is kept as it came, the unstorable characters spelled as escapes
+    assert sorted(d["row"]["host"] for d in dead) == sorted(["a\\u0000b", "\\u0000", "x\\ud800", "\\udfff"])
+    assert sorted(d["row"]["n"] for d in dead) == [1, 2, 3, 4]
+    got = table_rows(archiver)
+    assert sorted(got["host"]) == ["ok1", "ok2"]
+    assert archiver.append("metrics", 1, rows(3, first=10)).rows == 3  # the stream goes on
+    assert archiver.status()["totals"]["dead_letters"] == 4
+
+
+def test_dead_letter_of_a_row_with_a_nul_is_stored(archiver):
+    archiver.dead_letter("metrics", {"host": "a\x00", "k\x00": 1}, "refused: a\x00")
+    (d,) = archiver.dead_letters("metrics")
+    assert d["row"] == {"host": "a\\u0000", "k\\u0000": 1} and d["reason"] == "refused: a\\u0000"

@@ -115,3 +115,42 @@ def test_pandas_append_and_spark_sink_give_identical_sids(spark, pg):
         assert nan_or_null == [(2**63 - 1, "NaN"), (None, None)]  # NaN archived as NaN, not as null
     finally:
         arch.close()
+
+
+NUL_TEXT = ["a", "a\x00b", "a\x00c", "\x00", "b"]
+
+
+def test_nul_strings_hash_like_spark(spark):
+    """Spark hashes a string's UTF-8 bytes, NUL included; so do both Python hashes."""
+    from archive.ids import source_ids_reference
+
+    rows = [(datetime(2024, 5, 1, tzinfo=UTC), s, 1.0, 1, True, None) for s in NUL_TEXT]
+    frame = _arrow(rows).to_pandas(types_mapper=_NULLABLE.get)
+    frame["ts"] = pd.to_datetime(frame["ts"], utc=True)
+    want = source_ids_reference(SPEC.name, frame, SPEC.id_columns).tolist()
+    assert source_ids(SPEC.name, frame, SPEC.id_columns).tolist() == want
+    assert _spark_ids(spark, rows) == want
+    assert len(set(want)) == len(NUL_TEXT)
+
+
+@pytest.mark.postgres
+def test_spark_sink_dead_letters_nul_strings_and_goes_on(spark, pg):
+    from archive import Archiver, ArchiveSettings
+
+    arch = Archiver(pg, ArchiveSettings(chunk_span=timedelta(days=1)))
+    try:
+        arch.register_stream(SPEC)
+        rows = [(datetime(2024, 5, 1, 0, i, tzinfo=UTC), s, 1.0, i, True, None) for i, s in enumerate(NUL_TEXT)]
+        archive_batches(arch, "allkinds")(spark.createDataFrame(rows, SCHEMA), 0)
+        archive_batches(arch, "allkinds")(spark.createDataFrame(rows[:1], SCHEMA), 1)
+        dead = arch.dead_letters("allkinds")
+        assert sorted(d["row"]["b"] for d in dead) == [1, 2, 3]
+        assert all("NUL character" in d["reason"] and "column 's'" in d["reason"] for d in dead)
+        with pg.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT _batch, s, _sid FROM allkinds ORDER BY _batch, s")
+            got = cur.fetchall()
+        good = [r for r in rows if "\x00" not in r[1]]
+        assert [(b, s) for b, s, _ in got] == [(0, "a"), (0, "b"), (1, "a")]
+        assert sorted(sid for b, _, sid in got if b == 0) == sorted(_python_ids(good))
+    finally:
+        arch.close()

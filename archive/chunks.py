@@ -1,0 +1,230 @@
+"""Chunk layout: each stream's own chunk interval, and creating chunks with a bounded
+number of locks per transaction (issue 12; DESIGN.md §3, where this differs: see the
+README's "Where this differs from DESIGN.md").
+
+- **Per-stream intervals.** A stream's chunk ``c`` is ``[c * I, (c + 1) * I)`` from the
+  epoch, ``I`` the stream's interval. ``I`` is configured per stream, or chosen from the
+  rate of the stream's first batch so a chunk holds about ``chunk_target_rows`` rows
+  (TimescaleDB's chunk-interval guidance: size chunks by rows/memory, not by a global
+  clock), rounded *down* to a step of :data:`LADDER`; or ``chunk_span``. Once chosen it
+  is recorded in ``moirae_streams.chunk_us`` and never changes (partitions may not
+  overlap).
+- **A history-query's task grid.** Recall runs a history-query once per *task interval*.
+  For a query over streams with intervals ``I_1..I_n`` the task grid is the coarsest,
+  ``max(I_k)`` (:func:`task_grid`); the Archiver applies each table's time predicate for
+  the task's interval, so every row is read by exactly one task whatever the intervals.
+  The steps of :data:`LADDER` nest (each divides the next), so with chosen intervals a
+  finer stream's chunk lies wholly inside one task: no chunk is read by two tasks.
+  (Configured intervals off the ladder are still correct, a chunk may then be read in
+  two parts.) A single-stream query's tasks are exactly that stream's chunks.
+- **Bounded locks.** ``CREATE TABLE .. PARTITION OF`` holds locks until commit; chunks
+  are created at most :data:`CHUNKS_PER_TRANSACTION` per transaction
+  (:func:`ensure_chunks`, :func:`ensure_span`), each transaction its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from psycopg2.extras import execute_values
+
+from archive.abc import EPOCH, ChunkGrid, DescendingIds, Tier
+from archive.names import partition_name, quote
+
+if TYPE_CHECKING:
+    from archive.archiver import Archiver
+    from archive.streams import StreamSpec
+
+CHUNKS_PER_TRANSACTION = 32
+"""New chunks created per transaction (each holds a lock on its partition until commit)."""
+
+LADDER: tuple[timedelta, ...] = (
+    timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1),
+    timedelta(hours=6), timedelta(days=1), timedelta(days=7), timedelta(days=28))
+"""Calendar-friendly chunk intervals a rate-based choice rounds down to; each divides the
+next, so chunks of different streams nest."""
+
+
+def choose_interval(rows: int, span: timedelta, target_rows: int, fallback: timedelta) -> timedelta:
+    """The interval whose chunks hold about ``target_rows`` at the observed rate
+    (``rows`` over ``span``), rounded down to :data:`LADDER` (at least its first step);
+    ``fallback`` when the rate cannot be estimated (fewer than 2 rows, or no span).
+
+    >>> choose_interval(3600, timedelta(hours=1), 100_000, timedelta(hours=1))  # 1 row/s
+    datetime.timedelta(days=1)
+    >>> choose_interval(36_000, timedelta(hours=1), 1_000_000, timedelta(hours=1))  # 10 rows/s
+    datetime.timedelta(days=1)
+    >>> choose_interval(1_000_000, timedelta(seconds=1), 1_000, timedelta(hours=1))
+    datetime.timedelta(seconds=60)
+    >>> choose_interval(1, timedelta(0), 1_000, timedelta(hours=1))
+    datetime.timedelta(seconds=3600)
+    """
+    if rows < 2 or span <= timedelta(0):
+        return fallback
+    ideal = span * (target_rows / rows)
+    fitting = [step for step in LADDER if step <= ideal]
+    return fitting[-1] if fitting else LADDER[0]
+
+
+def task_grid(arch: Archiver, streams: Iterable[str]) -> ChunkGrid:
+    """The grid a history-query over ``streams`` runs on: the coarsest of their intervals."""
+    spans = [arch.grid_of(s).span for s in streams]
+    return ChunkGrid(max(spans)) if spans else arch.grid
+
+
+def bump_version(cur, stream: str) -> None:
+    """Mark the stream's set of chunks as changed (inside the changing transaction)."""
+    cur.execute("UPDATE moirae_streams SET chunks_version = chunks_version + 1 WHERE stream = %s", (stream,))
+
+
+class TaskIdCache:
+    """Task ids per set of streams, reused while none of the streams' chunk sets changed
+    (``moirae_streams.chunks_version``, bumped in the transaction that creates, revives or
+    drops a chunk, by any process): planning a recall over 20,000 chunks then costs one
+    primary-key read, not a scan of the catalog."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: dict[tuple[str, ...], tuple[tuple, DescendingIds]] = {}
+
+    def get(self, arch: Archiver, streams: Iterable[str]) -> DescendingIds:
+        names = tuple(sorted(set(streams)))
+        with arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("SELECT stream, chunks_version, chunk_us FROM moirae_streams WHERE stream = ANY(%s) "
+                        "ORDER BY stream", (list(names),))
+            version = tuple(cur.fetchall())
+        with self._lock:
+            hit = self._ids.get(names)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        ids = DescendingIds(task_ids(arch, names))
+        with self._lock:
+            self._ids[names] = (version, ids)
+        return ids
+
+
+def task_ids(arch: Archiver, streams: Iterable[str]) -> list[int]:
+    """Ids (on :func:`task_grid`) of the task intervals overlapping any non-dropped chunk
+    of ``streams``, newest first. One SQL statement over the catalog."""
+    names = list(streams)
+    span_us = task_grid(arch, names).span_us
+    with arch._conn() as conn, conn.cursor() as cur:
+        # a chunk [start, end) overlaps tasks floor(start / T) .. floor((end - 1us) / T)
+        cur.execute(
+            "SELECT DISTINCT t FROM moirae_chunks c, LATERAL generate_series("
+            " div((extract(epoch FROM c.start_ts - %(epoch)s) * 1e6)::numeric, %(t)s)::bigint,"
+            " div((extract(epoch FROM c.end_ts - %(epoch)s) * 1e6 - 1)::numeric, %(t)s)::bigint) AS t "
+            "WHERE c.stream = ANY(%(s)s) AND NOT c.dropped ORDER BY t DESC",
+            {"epoch": EPOCH, "t": span_us, "s": names})
+        return [int(r[0]) for r in cur.fetchall()]
+
+
+def ensure_chunks(arch: Archiver, spec: StreamSpec, chunk_ids: Iterable[int], bulk: bool = False) -> dict[int, Tier]:
+    """Create the missing chunks (partitions and catalog rows) of ``spec`` among
+    ``chunk_ids`` (on the stream's own grid), at most :data:`CHUNKS_PER_TRANSACTION` per
+    transaction; return every one's tier. Idempotent and safe against concurrent
+    creators (the partition DDL is ``IF NOT EXISTS`` under a per-stream advisory lock)."""
+    ids = sorted({int(c) for c in chunk_ids})
+    out: dict[int, Tier] = {}
+    for i in range(0, len(ids), CHUNKS_PER_TRANSACTION):
+        with arch._conn() as conn, conn.cursor() as cur:
+            out.update(create_in(arch, cur, spec, ids[i:i + CHUNKS_PER_TRANSACTION], bulk))
+    return out
+
+
+def ensure_span(arch: Archiver, stream: str, min_ts: datetime, max_ts: datetime, bulk: bool = False,
+                rows: int | None = None) -> dict[int, Tier]:
+    """Ensure the chunks covering ``[min_ts, max_ts]`` of ``stream`` exist (bounded locks
+    per transaction), e.g. before executors write their partitions of a batch. With no
+    interval fixed yet for the stream, ``rows`` (how many rows the span holds) lets the
+    rate-based choice see the rate. Returns ``{chunk_id: tier}``."""
+    if min_ts.tzinfo is None or max_ts.tzinfo is None:
+        raise ValueError(f"ensure_span({stream!r}): times must be timezone-aware, got {min_ts!r}, {max_ts!r}")
+    if max_ts < min_ts:
+        raise ValueError(f"ensure_span({stream!r}): max_ts {max_ts} is before min_ts {min_ts}")
+    spec = arch.stream(stream)
+    grid = arch.fix_interval(stream, rows if rows is not None else 0, max_ts - min_ts)
+    return ensure_chunks(arch, spec, range(grid.chunk_of(min_ts), grid.chunk_of(max_ts) + 1), bulk)
+
+
+def create_in(arch: Archiver, cur, spec: StreamSpec, chunk_ids: list[int], bulk: bool) -> dict[int, Tier]:
+    """Inside the caller's transaction: create the missing partitions and catalog rows
+    among ``chunk_ids`` (keep it to a few: each holds a lock until commit); return every
+    one's tier."""
+    if not chunk_ids:
+        return {}
+    grid = arch.grid_of(spec.name)
+    cur.execute("SELECT chunk_id, tier, dropped FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s)",
+                (spec.name, chunk_ids))
+    found = {cid: (Tier(t), dropped) for cid, t, dropped in cur.fetchall()}
+    horizon = arch.horizon(spec.name)
+    out = {cid: found[cid][0] for cid in chunk_ids if cid in found and not found[cid][1]}
+    new = [cid for cid in chunk_ids if cid not in out]
+    if not new:
+        return out
+    values = []
+    ddl = [cur.mogrify("SELECT pg_advisory_xact_lock(hashtext(%s));", (spec.name,)).decode()]
+    for cid in new:
+        start, end = grid.bounds(cid)
+        tier = Tier.OLD if bulk or (horizon is not None and end <= horizon) else Tier.PRESENT
+        values.append((spec.name, cid, start, end, tier.value))
+        ddl.append(cur.mogrify(f"CREATE TABLE IF NOT EXISTS {quote(partition_name(spec.name, cid))} "
+                               f"PARTITION OF {quote(spec.name)} FOR VALUES FROM (%s) TO (%s);",
+                               (start, end)).decode())
+    cur.execute("\n".join(ddl))  # one round trip for the few partitions of this transaction
+    # Reset the counts only when reviving a dropped chunk: a concurrent writer may have
+    # created this chunk (and counted its rows) since the SELECT above.
+    execute_values(cur, "INSERT INTO moirae_chunks (stream, chunk_id, start_ts, end_ts, tier) VALUES %s "
+                   "ON CONFLICT (stream, chunk_id) DO UPDATE SET dropped = false, tier = EXCLUDED.tier, "
+                   "rows = 0, late_rows = 0 WHERE moirae_chunks.dropped", values,
+                   template="(%s, %s::bigint, %s, %s, %s)")
+    cur.execute("SELECT chunk_id, tier FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s)",
+                (spec.name, new))
+    out.update({int(cid): Tier(t) for cid, t in cur.fetchall()})
+    bump_version(cur, spec.name)
+    return out
+
+
+def fix_interval(arch: Archiver, stream: str, rows: int, span: timedelta) -> ChunkGrid:
+    """The stream's grid, choosing and recording its interval first if none is fixed:
+    configured (``chunk_intervals``), else from ``rows`` over ``span`` (raw streams, with
+    ``chunk_target_rows`` set), else ``chunk_span``."""
+    spec = arch.stream(stream)
+    if stream not in arch._intervals:
+        settings = arch.settings
+        chosen = settings.chunk_intervals.get(stream)
+        if chosen is None and settings.chunk_target_rows and spec.kind == "raw":
+            chosen = choose_interval(rows, span, settings.chunk_target_rows, settings.chunk_span)
+        with arch._conn() as conn, conn.cursor() as cur:
+            arch._intervals[stream] = record_interval(cur, stream, chosen or settings.chunk_span)
+    return ChunkGrid(arch._intervals[stream])
+
+
+def set_interval(arch: Archiver, stream: str, span: timedelta) -> None:
+    """Fix the stream's interval to ``span`` now; a different recorded one is a conflict."""
+    from archive.archiver import SchemaConflict
+
+    if span < timedelta(seconds=1) or span % timedelta(seconds=1):
+        raise ValueError(f"stream {stream!r}: chunk interval must be a whole number of seconds >= 1 s, got {span!r}")
+    with arch._conn() as conn, conn.cursor() as cur:
+        fixed = record_interval(cur, stream, span)
+    arch._intervals[stream] = fixed
+    if fixed != span:
+        raise SchemaConflict(f"stream {stream!r} is archived in chunks of {fixed}; "
+                             f"cannot re-register it with chunks of {span}")
+
+
+def load_intervals(cur) -> dict[str, timedelta]:
+    cur.execute("SELECT stream, chunk_us FROM moirae_streams WHERE chunk_us IS NOT NULL")
+    return {name: timedelta(microseconds=us) for name, us in cur.fetchall()}
+
+
+def record_interval(cur, stream: str, span: timedelta) -> timedelta:
+    """Record ``span`` as the stream's interval unless one is recorded; return the recorded one."""
+    us = span // timedelta(microseconds=1)
+    cur.execute("UPDATE moirae_streams SET chunk_us = %s WHERE stream = %s AND chunk_us IS NULL", (us, stream))
+    cur.execute("SELECT chunk_us FROM moirae_streams WHERE stream = %s", (stream,))
+    return timedelta(microseconds=cur.fetchone()[0])

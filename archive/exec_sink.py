@@ -1,0 +1,184 @@
+"""Archiving from the executors (M 4.1, DESIGN.md §4 flow 1): each partition of a
+micro-batch COPYs its own rows into PostgreSQL, in PostgreSQL's binary format.
+
+Exactly-once per partition: the row ``(stream, batch id, partition id)`` of
+``moirae_batch_parts`` is inserted in the same transaction as the partition's rows and
+dead letters, so a partition that a replayed batch (or a retried task) writes again
+is a no-op. The part row also records how many rows (and late rows) went to each
+chunk and the newest event time; the driver sums those into the chunk catalog when it
+commits the whole batch (:meth:`archive.archiver.Archiver.commit_parts`), and deletes
+the part rows then. The batch is read once: the partition checks its chunks exist in
+the catalog itself, and only a batch reaching a new chunk runs twice (the driver
+creates the chunk in between).
+
+This module runs inside Spark's Python workers: it imports only the archive's pure
+modules and psycopg2, and connects with the DSN it is given (on a cluster, one the
+executors can reach; see ``archive.executor_dsn`` in the README).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from archive.copy import arrow_to_copy_binary, copy_binary
+from archive.streams import StreamSpec
+from archive.types import ColumnType
+
+PARTS_DDL = """
+CREATE TABLE IF NOT EXISTS moirae_batch_parts (
+    stream       text NOT NULL,
+    batch_id     bigint NOT NULL,
+    part         integer NOT NULL,
+    rows         bigint NOT NULL,
+    dead_letters bigint NOT NULL,
+    chunks       jsonb NOT NULL,
+    max_us       bigint,
+    PRIMARY KEY (stream, batch_id, part)
+);
+"""
+
+#: What each partition hands back to the driver (one row per partition).
+SUMMARY_SCHEMA = "part int, rows bigint, dead_letters bigint, duplicate boolean, missing array<bigint>"
+_SUMMARY = pa.schema([("part", pa.int32()), ("rows", pa.int64()), ("dead_letters", pa.int64()),
+                      ("duplicate", pa.bool_()), ("missing", pa.list_(pa.int64()))])
+# Arrow -> pandas keeping bigint exact and NaN apart from null (as archive.archiver does)
+_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(),
+             pa.bool_(): pd.BooleanDtype()}
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """Everything an executor needs to archive its partition of one micro-batch."""
+
+    dsn: str
+    schema: str | None
+    spec: StreamSpec
+    batch_id: int
+    span_us: int
+    after_commit: Callable[[int, int], None] | None = None  # (batch id, part): a test hook
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+        received = list(batches)
+        rows, dead, dup, missing = 0, 0, False, []
+        if received and sum(b.num_rows for b in received):
+            rows, dead, dup, missing = write_partition(self, part, pa.Table.from_batches(received))
+        if self.after_commit is not None and not missing:
+            self.after_commit(self.batch_id, part)
+        yield pa.RecordBatch.from_pydict({"part": [part], "rows": [rows], "dead_letters": [dead],
+                                          "duplicate": [dup], "missing": [missing]}, schema=_SUMMARY)
+
+
+def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
+    """Archive one partition in one transaction. Returns (rows, dead letters, duplicate,
+    missing chunks). When a chunk the rows fall into does not exist yet, nothing is
+    written and its id is returned: the driver creates it and runs the batch again
+    (chunk creation takes locks and DDL, so it stays on the driver; a live stream
+    meets a new chunk once per chunk span)."""
+    spec = job.spec
+    good, dead = split_arrow(table, spec)
+    conn = _connection(job.dsn, job.schema)
+    try:
+        with conn.cursor() as cur:
+            chunks: dict[int, list[int]] = {}
+            max_us = None
+            if good.num_rows:
+                us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
+                max_us = int(us.max())
+                ids, counts = np.unique(np.floor_divide(us, job.span_us), return_counts=True)
+                from archive.archiver import MAX_CHUNKS_PER_BATCH, BatchTooWide
+
+                if len(ids) > MAX_CHUNKS_PER_BATCH:  # each COPY'd partition is locked until commit
+                    raise BatchTooWide(f"batch {job.batch_id} of stream {spec.name!r}: partition {part} spans "
+                                       f"{len(ids)} chunks; one transaction may write at most "
+                                       f"{MAX_CHUNKS_PER_BATCH} (PostgreSQL's lock table): send smaller batches "
+                                       "or set a larger chunk interval")
+                cur.execute("SELECT chunk_id, tier FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s) "
+                            "AND NOT dropped", (spec.name, ids.tolist()))
+                tiers = dict(cur.fetchall())
+                missing = [c for c in ids.tolist() if c not in tiers]
+                if missing:
+                    conn.rollback()
+                    return 0, 0, False, missing
+                # rows into a chunk that has left the present tier are late (M 4.1)
+                chunks = {c: [n, n if tiers[c] != "present" else 0]
+                          for c, n in zip(ids.tolist(), counts.tolist(), strict=True)}
+            cur.execute("INSERT INTO moirae_batch_parts (stream, batch_id, part, rows, dead_letters, chunks, max_us) "
+                        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING part",
+                        (spec.name, job.batch_id, part, good.num_rows, len(dead), json.dumps(chunks), max_us))
+            if cur.fetchone() is None:
+                conn.rollback()
+                return 0, 0, True, []
+            if good.num_rows:
+                batch = pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64))
+                good = good.append_column("_batch", batch)
+                types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+                copy_binary(cur, spec.name, [c for c, _ in types], arrow_to_copy_binary(good, types))
+            if dead:
+                from psycopg2.extras import execute_values
+
+                execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
+                               [(spec.name, job.batch_id, json.dumps(d.row), d.reason) for d in dead])
+        conn.commit()
+    except BaseException:
+        _drop_connection(job.dsn, job.schema)
+        raise
+    return good.num_rows, len(dead), False, []
+
+
+def split_arrow(table: pa.Table, spec: StreamSpec):
+    """The archivable rows (an Arrow table) and the dead letters of one partition.
+
+    The batch was cast to the stream's types in Spark, so the only bad rows left are
+    those without an event time or with a NUL in a text value; those few go through
+    :func:`archive.validate.split_batch`, which names the column and value.
+    """
+    from archive.validate import split_batch
+
+    bad = table.column(spec.ts_col).is_null()
+    for c, t in spec.columns.items():
+        if t is ColumnType.TEXT:
+            bad = pc.or_(bad, pc.fill_null(pc.match_substring(table.column(c), "\x00"), False))
+    if not pc.any(bad).as_py():
+        return table, []
+    bad_rows = table.filter(bad).drop_columns(["_sid"]).to_pandas(types_mapper=_NULLABLE.get)
+    again, dead = split_batch(bad_rows, spec.ts_col, spec.columns, spec.name)
+    if len(again):  # split_batch accepted a NUL: let PostgreSQL decide, as the driver path does
+        return table, []
+    return table.filter(pc.invert(bad)), dead
+
+
+_CONNECTIONS: dict[tuple[str, str | None], object] = {}
+
+
+def _connection(dsn: str, schema: str | None):
+    """One connection per Python worker and database, reused across tasks (Spark keeps
+    its Python workers between tasks)."""
+    import psycopg2
+
+    key = (dsn, schema)
+    conn = _CONNECTIONS.get(key)
+    if conn is None or conn.closed:
+        options = f"-c search_path={schema},public" if schema else None
+        conn = psycopg2.connect(dsn, options=options)
+        conn.autocommit = False
+        _CONNECTIONS[key] = conn
+    return conn
+
+
+def _drop_connection(dsn: str, schema: str | None) -> None:
+    conn = _CONNECTIONS.pop((dsn, schema), None)
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - already broken
+            pass

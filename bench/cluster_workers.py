@@ -1,0 +1,115 @@
+"""One worker vs two on a Spark standalone cluster (issue 11 §5), on the JVM ``rate``
+source benchmark of :mod:`bench.engine_jvm`.
+
+For each cluster size a master and that many workers (1 core, 1 GB each) are started on
+this machine from the pyspark package (:class:`moirae.standalone.StandaloneCluster`),
+the engine's Spark session points at it, and :func:`bench.engine_jvm.capacities` finds
+the highest offered rate each configuration sustains (batch time p90 <= the trigger):
+``plain`` (plain Spark, the baseline) and ``archive`` (the engine archiving, each
+partition COPYing from its executor). Reported: sustained rows/s per configuration and
+cluster size, the 2-worker / 1-worker ratio, and archive / plain per size.
+
+The machine has 2 cores shared with everything else running, so two 1-core workers can
+at best double what one does; the load average is recorded with the result.
+
+Run: ``python -m bench.cluster_workers [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.engine_e2e import Bench
+from bench.engine_jvm import capacities, measure
+from bench.report import exit_code, publish, target
+
+CONFIGS = ("plain", "archive")
+
+
+def run_cluster(workers: int, configs, start: int, seconds: float, warm: float, limit: int) -> dict:
+    from moirae.spark import spark_session
+    from moirae.standalone import StandaloneCluster
+
+    t = time.monotonic()
+    with StandaloneCluster(workers=workers, cores=1, memory="1g") as cluster:
+        up = time.monotonic() - t
+        spark = spark_session(cluster.master_url, "bench-cluster-workers",
+                              extra={"spark.cores.max": str(workers), "spark.executor.memory": "768m"})
+        try:
+            with tempfile.TemporaryDirectory(prefix="moirae-cw-warm-") as d:  # executors, Python workers, JIT
+                measure(Bench(Path(d)), "plain", start, 10, 3)
+            out: dict = {"workers": workers, "cluster_start_s": round(up, 1),
+                         "load_avg": [round(x, 2) for x in psutil.getloadavg()], "capacity": {}}
+            with tempfile.TemporaryDirectory(prefix="moirae-cw-") as d:
+                b = Bench(Path(d))
+                try:
+                    out["capacity"] = capacities(b, list(configs), start, seconds, warm, limit)
+                finally:
+                    b.drop_schemas()
+        finally:
+            spark.stop()
+    return out
+
+
+def rates(data: dict) -> dict:
+    return {w: {c: v["sustained_rows_per_s"] for c, v in r["capacity"].items()} for w, r in data["runs"].items()}
+
+
+def targets(data: dict) -> list[dict]:
+    r = rates(data)
+    one, two = r.get("1", {}), r.get("2", {})
+    out = []
+    for cfg in CONFIGS:
+        if one.get(cfg) and two.get(cfg):
+            ratio = two[cfg] / one[cfg]
+            out.append(target(f"{cfg}: 2 workers vs 1 (standalone cluster, JVM rate source)", "reported",
+                              f"{ratio:.2f}x ({two[cfg]:,} vs {one[cfg]:,} rows/s)", None,
+                              "no goal set (issue 11 §5 asks for the comparison); 2 shared cores cap it near 2x"))
+    return out
+
+
+def markdown(data: dict) -> str:
+    r = rates(data)
+    lines = [f"### One worker vs two on a standalone cluster{' (quick)' if data['quick'] else ''}\n",
+             "Spark standalone master + N workers (1 core, 1 GB each) on this 2-core machine, started from the "
+             "pyspark package; the `rate` source benchmark of `bench.engine_jvm` (sustained = batch time p90 <= "
+             f"{data['trigger_s']:.0f} s trigger, {data['seconds']:.0f} s per rate).\n",
+             "| configuration | 1 worker rows/s | 2 workers rows/s | 2 / 1 |", "|---|---|---|---|"]
+    for cfg in CONFIGS:
+        a, b = r.get("1", {}).get(cfg), r.get("2", {}).get(cfg)
+        ratio = f"{b / a:.2f}" if a and b else "-"
+        lines.append(f"| {cfg} | {a:,} | {b:,} | {ratio} |" if a is not None and b is not None else f"| {cfg} | - | - | - |")
+    for w in ("1", "2"):
+        cap = r.get(w, {})
+        if cap.get("plain") and cap.get("archive"):
+            lines.append(f"\nArchive only / plain with {w} worker(s): {cap['archive'] / cap['plain']:.2f}x.")
+    loads = "; ".join(f"{w} worker(s): {v['load_avg']}" for w, v in data["runs"].items())
+    lines.append(f"\nLoad average at the start of each run: {loads}.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shorter runs per rate")
+    ap.add_argument("--start", type=int, default=20_000, help="first offered rate (rows/s)")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    args = ap.parse_args(argv)
+    seconds = 20.0 if args.quick else 40.0
+    warm = min(10.0, seconds / 3)
+    configs = args.configs.split(",")
+    data: dict = {"quick": args.quick, "trigger_s": 1.0, "seconds": seconds, "runs": {}}
+    for workers in (1, 2):
+        data["runs"][str(workers)] = run_cluster(workers, configs, args.start, seconds, warm, limit=800_000)
+    name = "cluster_workers_quick" if args.quick else "cluster_workers"
+    publish(name, data, markdown(data), None, targets=targets(data))
+    print(markdown(data), flush=True)
+    return exit_code(targets(data))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""Archiving from the executors (archive/exec_sink.py): the binary COPY encoder against
+PostgreSQL, and exactly-once per (stream, batch id, partition id) when a micro-batch is
+replayed after some of its partitions were written: by an executor failure in process,
+and by a real SIGKILL of the Spark job between the COPY of one partition and the next."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from arch_helpers import T0, fresh_archiver, make_archiver, metrics_spec, table_rows
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archive import Database
+from archive.copy import arrow_to_copy_binary, copy_binary
+from archive.spark_sink import archive_batches
+from archive.types import ColumnType
+
+HERE = Path(__file__).resolve().parent
+CSV_SCHEMA = "ts timestamp, host string, v double, n bigint"
+COLS = [("i", ColumnType.BIGINT), ("t", ColumnType.TIMESTAMPTZ), ("s", ColumnType.TEXT),
+        ("d", ColumnType.DOUBLE), ("b", ColumnType.BOOLEAN)]
+
+_ts = st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1),  # noqa: DTZ001 - naive bounds
+                   timezones=st.just(UTC))
+_row = st.tuples(st.none() | st.integers(-(2**63), 2**63 - 1), st.none() | _ts,
+                 st.none() | st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=12),
+                 st.none() | st.floats(allow_nan=True, allow_infinity=True), st.none() | st.booleans())
+
+
+@pytest.mark.postgres
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(_row, max_size=40))
+def test_binary_copy_round_trips_every_type_and_null(pg, rows):
+    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in COLS]
+    table = pa.table({name: pa.array(list(vals), type=ct.arrow) for (name, ct), vals in zip(COLS, cols, strict=True)})
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS rt; CREATE TABLE rt (k serial, i bigint, t timestamptz, s text, "
+                    "d double precision, b boolean)")
+        copy_binary(cur, "rt", [c for c, _ in COLS], arrow_to_copy_binary(table, COLS))
+        cur.execute("SELECT i, t, s, d, b FROM rt ORDER BY k")
+        got = cur.fetchall()
+    assert len(got) == len(rows)
+    for want, have in zip(rows, got, strict=True):
+        assert have[:3] == want[:3] and have[4] == want[4]
+        assert (have[3] is None and want[3] is None) or math.isnan(want[3]) and math.isnan(have[3]) \
+            or have[3] == want[3]
+
+
+def _source(spark, per_host: int, hosts: int, parts: int):
+    frame = pd.DataFrame({"ts": [T0 + timedelta(minutes=13 * i) for i in range(per_host * hosts)],
+                          "host": [f"h{i % hosts}" for i in range(per_host * hosts)],
+                          "v": [i / 3 for i in range(per_host * hosts)],
+                          "n": list(range(per_host * hosts))})
+    frame["ts"] = frame["ts"].dt.tz_convert("UTC").dt.tz_localize(None)
+    return frame, spark.createDataFrame(frame, CSV_SCHEMA).repartition(parts, "host")
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.integers(1, 6), fail=st.integers(0, 5), hosts=st.integers(1, 9))
+def test_replay_after_an_executor_failed_midway_archives_each_row_once(spark, pg_dsn, tmp_path_factory, parts,
+                                                                       fail, hosts):
+    """Partition ``fail`` commits, then its task fails: the batch fails with some of its
+    partitions written. Spark's replay of the same batch id writes only the others."""
+    fail %= parts
+    marker = tmp_path_factory.mktemp("m") / "failed"
+
+    def after_part(batch_id, part):  # on the executor
+        if part == fail and not marker.exists():
+            marker.touch()
+            raise RuntimeError(f"injected failure after partition {part} committed")
+
+    with fresh_archiver(pg_dsn) as arch:
+        frame, df = _source(spark, 11, hosts, parts)
+        write = archive_batches(arch, "metrics", after_part=after_part)
+        with pytest.raises(Exception, match="injected failure"):
+            write(df, 3)
+        assert arch.batch_ids("metrics") == []
+        results = []
+        again = archive_batches(arch, "metrics", on_batch=lambda r, _df: results.append(r))
+        again(df, 3)
+        again(df, 3)  # a replay of a committed batch is a no-op
+        got = table_rows(arch)
+        assert sorted(got["n"]) == sorted(frame["n"]) and got["_sid"].is_unique
+        assert results[0].rows == len(frame) and not results[0].duplicate and results[1].duplicate
+        assert results[0].max_ts == max(frame["ts"]).replace(tzinfo=UTC)
+        assert sum(c.rows for c in arch.chunks("metrics")) == len(frame)  # the catalog counted each row once
+        with arch.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM moirae_batch_parts")
+            assert cur.fetchone()[0] == 0
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_null_event_times_and_nul_text_are_dead_letters_and_late_rows_are_counted(spark, archiver):
+    frame, df = _source(spark, 5, 3, 2)
+    archive_batches(archiver, "metrics")(df, 0)
+    archiver.demote(T0 + timedelta(hours=2))
+    at = (T0 + timedelta(minutes=30)).replace(tzinfo=None)
+    late = spark.createDataFrame([(at, "h9", 1.0, 1000), (None, "h9", 2.0, 1001), (at, "a\x00b", 3.0, 1002)],
+                                 CSV_SCHEMA).repartition(2, "n")
+    results = []
+    archive_batches(archiver, "metrics", on_batch=lambda r, _df: results.append(r))(late, 1)
+    assert (results[0].rows, results[0].late_rows, results[0].dead_letters) == (1, 1, 2)
+    dead = {d["row"]["n"]: d["reason"] for d in archiver.dead_letters("metrics")}
+    assert "no event time" in dead[1001] and "NUL" in dead[1002] and "'host'" in dead[1002]
+    assert 1000 in set(table_rows(archiver)["n"])
+
+
+def _write_csv(d: Path, files: int, per_file: int, hosts: int) -> list[int]:
+    d.mkdir(parents=True, exist_ok=True)
+    out = []
+    for f in range(files):
+        idx = range(f * per_file, (f + 1) * per_file)
+        frame = pd.DataFrame({"ts": [(T0 + timedelta(minutes=5 * i)).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for i in idx],
+                              "host": [f"h{i % hosts}" for i in idx], "v": [i / 4 for i in idx], "n": list(idx)})
+        tmp = d / f".part-{f:03d}.tmp"
+        frame.to_csv(tmp, header=False, index=False)
+        tmp.rename(d / f"part-{f:03d}.csv")
+        out.extend(idx)
+    return out
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.slow
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.integers(2, 5), hang=st.integers(0, 3))
+def test_sigkill_between_partition_copies_then_replay_equals_source(pg_dsn, request, tmp_path_factory, parts,
+                                                                     hang):
+    """A real Spark job (its own process, ``local[1]``: partitions are written one after
+    the other) is SIGKILLed while batch 1 has partition ``hang`` committed and the
+    partitions after it not written. A new process replays batch 1 from the checkpoint."""
+    if request.node.callspec.params.get("pg_dsn") != "embedded":
+        pytest.skip("the process-kill test runs on the embedded backend only")
+    hang %= parts - 1  # never the last partition: some COPYs are still to come
+    tmp = tmp_path_factory.mktemp("kill")
+    db = Database(pg_dsn, schema=f"k_{uuid.uuid4().hex[:12]}")
+    arch = make_archiver(db)
+    arch.register_stream(metrics_spec())
+    try:
+        expected = _write_csv(tmp / "src", files=3, per_file=40, hosts=11)
+        log = tmp / "log.jsonl"
+        base = [sys.executable, str(HERE / "spark_child.py"), db.dsn, db.schema, str(tmp / "src"),
+                str(tmp / "ckpt"), str(log), "--parts", str(parts)]
+        env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent)}
+        child = subprocess.Popen([*base, "--hang-on", "1", "--hang-part", str(hang)], env=env,
+                                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and child.poll() is None:
+                if log.exists() and any("part" in json.loads(x) for x in log.read_text().splitlines()):
+                    break
+                time.sleep(0.2)
+            else:
+                raise AssertionError(f"child never reached the hang: {child.stderr.read().decode()[-2000:]}")
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)  # the child, its JVM and its Python workers
+            child.wait(30)
+        assert arch.batch_ids("metrics") == [0]
+        with db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT part FROM moirae_batch_parts WHERE batch_id = 1")
+            written = {r[0] for r in cur.fetchall()}
+        assert len(written) < parts  # the partitions after the hang were never written
+        assert 40 <= len(table_rows(arch)) < 80  # batch 0 and part of batch 1 are in PostgreSQL
+        done = subprocess.run(base, env=env, capture_output=True, timeout=300)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        assert arch.batch_ids("metrics") == [0, 1, 2]
+        got = table_rows(arch)
+        assert got["n"].tolist() == sorted(expected) and got["_sid"].is_unique
+        assert sum(c.rows for c in arch.chunks("metrics")) == len(expected)
+    finally:
+        arch.close()
+        db.drop_schema()
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_first_batch_fixes_the_streams_interval_from_its_rate(spark, pg):
+    """With ``chunk_target_rows``, the stream's interval is chosen from its first batch's
+    rate (archive.chunks), on the executor path as on the driver's: 33 rows 13 minutes
+    apart, 10 rows per chunk -> about 130 minutes per chunk, rounded down to 1 hour...
+    unless the ladder says otherwise; either way every row lands in a chunk of that grid."""
+    arch = make_archiver(pg, span=timedelta(minutes=7), chunk_target_rows=10)
+    arch.register_stream(metrics_spec())
+    try:
+        frame, df = _source(spark, 11, 3, 2)
+        assert not arch.has_interval("metrics")
+        archive_batches(arch, "metrics")(df, 0)
+        assert arch.has_interval("metrics")
+        grid = arch.grid_of("metrics")
+        assert grid.span == timedelta(hours=1)  # the ladder's step below 33 rows / 7 h * 10 rows
+        infos = arch.chunks("metrics")
+        assert sum(c.rows for c in infos) == len(frame)
+        assert all(c.end - c.start == grid.span for c in infos)
+    finally:
+        arch.close()
