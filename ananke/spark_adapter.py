@@ -1,8 +1,8 @@
 """Feeding ANK-1 from Spark Structured Streaming (A 5.1 on PySpark; DESIGN.md §4 flow 4).
 
 :class:`Ank1SparkSink` is the ``foreachBatch`` function of one instrumented sink. For each
-micro-batch it collects the sink tuples with their ids and provenance to the driver and
-calls ``on_tuple``, then calls ``on_watermark`` with the watermark of the streaming query's
+micro-batch it collects the sink tuples with their ids and provenance to the driver (one
+Spark job, Arrow) and calls ``on_tuple``, then calls ``on_watermark`` with the watermark of the streaming query's
 latest progress (``query.lastProgress["eventTime"]["watermark"]``).
 
 Why the progress watermark is safe: the progress of batch N-1 reports the watermark W
@@ -16,6 +16,7 @@ Inside batch N only batch N-1's progress is visible, so ANK-1 lags by one trigge
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime
 
@@ -45,20 +46,41 @@ def progress_watermark(progress: dict | None) -> datetime | None:
 
 def collect_sink_rows(sink: ProvSink, batch_df) -> list[tuple[SinkTuple, list[tuple[int, datetime]]]]:
     """The batch's sink tuples (id, event time, payload) with their provenance lists."""
+    return collect_batch(sink, batch_df)[1]
+
+
+def collect_batch(sink: ProvSink, batch_df):
+    """One Spark job: the batch's sink rows as a pandas frame (payload and event time, as
+    the sink's consumer sees them) and, for ANK-1, the same rows as sink tuples with their
+    provenance lists. The provenance is reduced inside Spark to (source id, microseconds)
+    pairs and leaves the JVM as Arrow, once; a foreachBatch that ran a second action on a
+    stateful batch would recompute the whole micro-batch, state included."""
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     payload = sink.payload_columns
     df = batch_df if "_sink_id" in batch_df.columns else batch_df.withColumn("_sink_id", _sink_id_expr(sink))
-    rows = df.select(
-        F.col("_sink_id"), F.unix_micros(F.col(sink.ts)).alias("_us"),
+    table = df.select(
+        *payload, F.col(sink.ts), F.col("_sink_id"), F.unix_micros(F.col(sink.ts)).alias("_us"),
         F.transform(F.col(PROV), lambda p: F.struct(p["id"].alias("id"), F.unix_micros(p["ts"]).alias("us"))).alias("_p"),
-        *payload,
-    ).collect()
-    out = []
-    for r in rows:
-        st = SinkTuple(r["_sink_id"], from_micros(r["_us"]), {c: r[c] for c in payload})
-        out.append((st, [(p["id"], from_micros(p["us"])) for p in r["_p"]]))
-    return out
+    ).toArrow()
+    frame = table.select([*payload, sink.ts]).to_pandas()
+    if table.num_rows == 0:
+        return frame, []
+    prov = table.column("_p").combine_chunks()
+    lengths = pc.fill_null(pc.list_value_length(prov), 0).to_numpy(zero_copy_only=False)
+    flat = pc.list_flatten(prov)
+    ids = flat.field("id").to_pylist()
+    uss = flat.field("us").to_pylist()
+    sink_ids = table.column("_sink_id").to_pylist()
+    ts_us = table.column("_us").to_pylist()
+    records = table.select(payload).to_pylist()
+    out, pos = [], 0
+    for i, n in enumerate(lengths):
+        st = SinkTuple(sink_ids[i], from_micros(ts_us[i]), records[i])
+        out.append((st, [(ids[j], from_micros(uss[j])) for j in range(pos, pos + int(n))]))
+        pos += int(n)
+    return frame, out
 
 
 def _sink_id_expr(sink: ProvSink):
@@ -71,15 +93,20 @@ class Ank1SparkSink:
     """``foreachBatch`` function feeding one sink's tuples and watermark to ANK-1.
 
     ``deliver(batch_df, batch_id)``, if given, is called first with the batch (the sink's
-    own consumer, e.g. the alert store). Batches with an id not above the last one seen
+    own consumer, e.g. the alert store); ``deliver_frame(frame, batch_id)`` instead gets
+    the batch's rows as pandas, collected in the same Spark job as the provenance, so the
+    batch is computed once. Batches with an id not above the last one seen
     are skipped (a replay in the same process). Call :meth:`attach` with the started
     query so the watermark can be read; :meth:`start` does both.
     """
 
-    def __init__(self, sink: ProvSink, logic: Ank1Logic, deliver: Deliver | None = None) -> None:
+    def __init__(self, sink: ProvSink, logic: Ank1Logic, deliver: Deliver | None = None,
+                 deliver_frame: Deliver | None = None) -> None:
         self.sink = sink
         self.logic = logic
         self.deliver = deliver
+        self.deliver_frame = deliver_frame
+        self.seconds = {"collect": 0.0, "ank1": 0.0}  # driver time per phase, summed over batches
         self.query = None
         self.last_batch = -1
         self.rows = 0
@@ -89,13 +116,19 @@ class Ank1SparkSink:
             return
         if self.deliver is not None:
             self.deliver(batch_df, batch_id)
-        rows = collect_sink_rows(self.sink, batch_df)
+        t0 = time.perf_counter()
+        frame, rows = collect_batch(self.sink, batch_df)
+        self.seconds["collect"] += time.perf_counter() - t0
+        if self.deliver_frame is not None:
+            self.deliver_frame(frame, batch_id)
+        t0 = time.perf_counter()
         with self.logic.lock:
             for st, prov in rows:
                 self.logic.on_tuple(self.sink.name, st, prov)
             self.rows += len(rows)
             self.last_batch = batch_id
             self.poll()
+        self.seconds["ank1"] += time.perf_counter() - t0
 
     def attach(self, query) -> None:
         self.query = query

@@ -40,6 +40,21 @@ class ForwardAnswer:
     expired: bool
 
 
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _jsonb_safe(obj):
+    """``obj`` with every NUL and unpaired surrogate in its strings spelled as an escape
+    (``\\u0000``): PostgreSQL's jsonb holds neither, and a sink tuple may carry one."""
+    if isinstance(obj, str):
+        return _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", obj)
+    if isinstance(obj, dict):
+        return {_jsonb_safe(k): _jsonb_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonb_safe(v) for v in obj]
+    return obj
+
+
 class GraphStore:
     """Vertex / edge / label tables under ``prefix`` (default ``ank``).
 
@@ -89,7 +104,7 @@ class GraphStore:
                 vertices.append(("source", it.id, None, it.tuple_ts, None, it.ts))
             elif isinstance(it, SinkVertex):
                 vertices.append(("sink", it.id, it.sink, it.tuple_ts,
-                                 json.dumps(jsonable(it.payload), default=str), it.ts))
+                                 json.dumps(_jsonb_safe(jsonable(it.payload)), default=str), it.ts))
             elif isinstance(it, Edge):
                 edges.append((it.source_id, it.sink_id, it.ts))
             elif isinstance(it, Label):

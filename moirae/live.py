@@ -1,14 +1,18 @@
 """One deployed event-query running live (DESIGN.md §4 flows 2-4).
 
 The event-query's function is applied to instrumented source streams (Ananke
-wrappers); its sink is one streaming query whose ``foreachBatch``:
+wrappers); its sink is one streaming query whose ``foreachBatch`` collects the batch's
+events with their provenance in one Spark job (Arrow), then:
 
 1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id);
 2. feeds the sink tuples, their provenance and the sink watermark to ANK-1, which
    writes the live provenance graph and moves this query's expiry horizon
-   ``W - U`` (A 5.1);
-3. hands the new events to the engine, which computes their contexts and submits the
-   recall tasks.
+   ``W - U`` (A 5.1); with ``ananke.variant: ankn`` ANK-N (A 5.2) writes the graph
+   instead, as a second streaming query of Spark's own operators over the same sink
+   (its sources are read by both queries, so they must be replayable), and the horizon
+   is the sink query's watermark minus U;
+3. hands the new events to the engine's event worker (:mod:`moirae.event_worker`), which
+   computes their contexts and submits the recall tasks off the batch.
 
 A replayed batch (restart from the checkpoint) is archived once and its events are
 handed on only if they were not already (the engine's event log decides).
@@ -16,16 +20,19 @@ handed on only if they were not already (the engine's event log decides).
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import pandas as pd
 
 from ananke.ank1 import Ank1
+from ananke.ankn import AnkNSparkSink
 from ananke.ids import PROV
 from ananke.query import ProvQuery
-from ananke.spark_adapter import Ank1SparkSink
+from ananke.spark_adapter import Ank1SparkSink, progress_watermark
 from ananke.store import GraphStore
 from archive.spark_sink import spec_from_spark_schema
+from archive.validate import storable_rows
 from moirae.hybrid import EventQuery, QueryDefinitionError, event_stream
 
 
@@ -61,12 +68,21 @@ class EventFlow:
                                                                kind="event", indexes=[(query.eid,)]))
         self.logic = None
         self.graph: GraphStore | None = None
+        self.variant = engine.settings.ananke.variant if provenance else None
+        self.ankn: AnkNSparkSink | None = None
+        self.ankn_streaming = None
+        self._ankn_wm: datetime | None = None  # the sink's last watermark seen (ANK-N)
         if provenance:
             self.graph = GraphStore(engine.db.connect, prefix=f"ank_{query.name}").create()
-            self.logic = Ank1.from_query(self.pq).build(emit=self.graph)
-        self.adapter = Ank1SparkSink(self.sink, self.logic, deliver=self._deliver) if provenance else None
+            if self.variant == "ankn":
+                self.ankn = AnkNSparkSink(self.sink, emit=self.graph, U=self.pq.U)
+            else:
+                self.logic = Ank1.from_query(self.pq).build(emit=self.graph)
+        self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver)
+                        if self.logic is not None else None)
         self.streaming = None
         self.events_seen = 0
+        self.seconds = {"archive": 0.0, "wait": 0.0, "contexts": 0.0, "events": 0.0}  # summed over batches
 
     @property
     def U(self):  # noqa: N802 - the paper's name
@@ -74,6 +90,10 @@ class EventFlow:
 
     def horizon(self) -> datetime | None:
         """This query's expiry horizon ``W - U`` (A 5.1), once it has a watermark."""
+        if self.ankn is not None:
+            wm = progress_watermark(self.streaming.lastProgress) if self.streaming is not None else None
+            self._ankn_wm = wm or self._ankn_wm
+            return None if self._ankn_wm is None else self._ankn_wm - self.U
         if self.logic is None:
             return None
         if self.adapter is not None:
@@ -81,24 +101,44 @@ class EventFlow:
         with self.logic.lock:
             return self.logic.horizon()
 
+    def timings(self) -> dict[str, float]:
+        """Driver seconds spent per phase of this query's batches (collect and ANK-1 from
+        the provenance adapter; archive, wait, contexts, events from the engine)."""
+        out = {**(self.adapter.seconds if self.adapter is not None else {}), **self.seconds}
+        return {k: round(v, 3) for k, v in out.items()}
+
     def start(self, checkpoint: str, trigger: str):
         writer = self.sink.with_ids().writeStream if self.adapter else self.sink.df.writeStream
-        fn = self.adapter if self.adapter is not None else (lambda df, bid: self._deliver(df, bid))
+        fn = self.adapter if self.adapter is not None else self._collect_and_deliver
         self.streaming = (writer.queryName(f"event_{self.query.name}").foreachBatch(fn)
                           .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
         if self.adapter is not None:
             self.adapter.attach(self.streaming)
+        if self.ankn is not None:
+            self.ankn_streaming = self.ankn.start(checkpoint + "-ankn", {"processingTime": trigger},
+                                                  f"ankn_{self.query.name}")
         return self.streaming
 
     def stop(self) -> None:
         if self.streaming is not None:
             self.streaming.stop()
             self.streaming = None
+        if self.ankn_streaming is not None:
+            self.ankn_streaming.stop()
+            self.ankn_streaming = None
 
-    def _deliver(self, batch_df, batch_id: int) -> None:
+    def _collect_and_deliver(self, batch_df, batch_id: int) -> None:
         cols = [c for c in batch_df.columns if c not in (PROV, "_sink_id")]
-        frame = batch_df.select(*cols).toArrow().to_pandas()
+        self._deliver(batch_df.select(*cols).toArrow().to_pandas(), batch_id)
+
+    def _deliver(self, frame: pd.DataFrame, batch_id: int) -> None:
+        """The batch's events (collected once, with their provenance when ANK-1 runs)."""
+        t0 = time.perf_counter()
         result = self.engine.archiver.append(self.stream, int(batch_id), frame)
+        self.seconds["archive"] += time.perf_counter() - t0
+        keep = storable_rows(frame)  # events with text PostgreSQL cannot hold are dead letters, not alerts
+        if not keep.all():
+            frame = frame[keep].reset_index(drop=True)
         if len(frame):
             frame[self.query.ts] = pd.to_datetime(frame[self.query.ts], utc=True)
             self.events_seen += len(frame)

@@ -1,0 +1,333 @@
+"""The engine on Spark's JVM ``rate`` source (issue 11 §1): how much of plain Spark's
+capacity each layer of the engine keeps.
+
+The source is Spark's ``rate`` source shaped like the metrics stream: ``ts`` (the rate
+source's timestamp), ``sid`` (1000 keys) and ``bw`` (0-99, plus 1000 on 5 hot keys).
+The event-query is a 5-second tumbling average of ``bw`` per ``sid`` and a filter
+(``avg_bw > 500``): the 5 hot keys fire one alert per second. A second, small rate
+stream ``users`` (sid, user; 50 rows/s on the hot keys) is the context input.
+
+Configurations, each measured in the same run:
+
+- ``plain``: the same event-query, no provenance, ``foreachBatch`` count (what a user
+  of plain Spark would write);
+- ``archive``: the engine archiving ``metrics`` and ``users``, no event-query;
+- ``provenance``: + the event-query with Ananke provenance (ANK-1), events archived;
+- ``full``: + a Recall (the key's mean and count over the archive), a context-query
+  over ``users`` and a Similarity Recall.
+
+The offered rate doubles from ``--start``; at each rate every configuration still
+keeping up runs once, back to back (so they are compared under the same machine load),
+and one that falls behind is done. A rate is *sustained* when, after a warm-up,
+every streaming query of the configuration keeps its p90 batch time at or below the
+trigger interval and completes at least 80 % of the triggers the time allows. Each
+configuration's highest sustained rate is reported as a ratio to plain Spark's.
+
+``--soak MINUTES`` instead runs the full engine at 0.8 of a sustained full-engine rate
+(``--soak-rate``, else the last published full-engine capacity) and samples driver and
+JVM RSS, open recall tasks and the present tier's in-memory rows.
+
+Run: ``python -m bench.engine_jvm [--quick] [--soak MINUTES]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from bench.engine_e2e import OPEN_STATES, Bench, jvm_rss, pct
+from bench.report import RESULTS, exit_code, publish, target
+
+KEYS, HOT, THRESHOLD, USERS_RATE = 1000, 5, 500.0, 50
+CONFIGS = ("plain", "archive", "provenance", "full")
+TRIGGER_S = 1.0
+
+
+def rate_metrics(spark, rate: int):
+    from pyspark.sql import functions as F
+
+    df = spark.readStream.format("rate").option("rowsPerSecond", int(rate)).option("numPartitions", 2).load()
+    sid = F.col("value") % KEYS
+    bw = (F.abs(F.xxhash64("value")) % 100) + F.when(sid < HOT, 1000).otherwise(0)
+    return df.select(F.col("timestamp").alias("ts"), sid.cast("bigint").alias("sid"), bw.cast("double").alias("bw"))
+
+
+def rate_users(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.readStream.format("rate").option("rowsPerSecond", USERS_RATE).option("numPartitions", 1).load()
+    return df.select(F.col("timestamp").alias("ts"), (F.col("value") % (2 * HOT)).cast("bigint").alias("sid"),
+                     F.concat(F.lit("u"), ((F.col("value") / 10).cast("bigint") % 7).cast("string")).alias("user"))
+
+
+def overload(m):
+    """The event-query: 5-second tumbling average per key, and a filter."""
+    from pyspark.sql import functions as F
+
+    w = m.window("5 seconds", keys=["sid"], aggs=[F.avg("bw").alias("avg_bw")], ts_out="ts")
+    return (w.filter(F.col("avg_bw") > THRESHOLD)
+             .with_column("eid", F.concat_ws(":", F.lit("ov"), F.col("sid"), F.date_format("ts", "HHmmss"))))
+
+
+def users_context(events, users):
+    """The users seen on the event's server in the 10 seconds before it."""
+    from pyspark.sql import functions as F
+
+    e, u = events.alias("e"), users.alias("u")
+    cond = ((F.col("e.sid") == F.col("u.sid")) & (F.col("u.ts") <= F.col("e.ts"))
+            & (F.col("u.ts") > F.col("e.ts") - F.expr("INTERVAL 10 SECONDS")))
+    return e.join(u, cond).select(F.col("e.eid").alias("eid"), F.col("e.ts").alias("ts"), "u.user").distinct()
+
+
+class Run:
+    """One configuration at one offered rate: its streaming queries, started."""
+
+    def __init__(self, b: Bench, config: str, rate: int) -> None:
+        self.config, self.rate, self.engine, self.queries = config, rate, None, []
+        if config == "plain":
+            self._plain(b)
+        else:
+            self._engine(b)
+
+    def _plain(self, b: Bench) -> None:
+        from ananke.query import ProvQuery
+        from moirae.spark import spark_session
+
+        spark = spark_session()
+        pq = ProvQuery(enabled=False)
+        df = pq.source(rate_metrics(spark, self.rate), "metrics", "ts", cols=["sid", "bw"], lateness="2 seconds")
+        self.counted = 0
+
+        def count(batch_df, _bid):
+            self.counted += batch_df.count()
+
+        self.queries.append(overload(df).sink("overload").df.writeStream.queryName("plain").foreachBatch(count)
+                            .option("checkpointLocation", str(b.tmp / f"plain_{self.rate}_{time.time_ns()}"))
+                            .trigger(processingTime=f"{int(TRIGGER_S * 1000)} milliseconds").start())
+
+    def _engine(self, b: Bench) -> None:
+        from datetime import timedelta
+
+        e = self.engine = b.engine(self.config, spark={"trigger": f"{int(TRIGGER_S * 1000)}ms"},
+                                   ananke={"enabled": self.config != "archive"})
+        spark = e.spark
+        e.source("metrics", rate_metrics(spark, self.rate), ts="ts", lateness="2 seconds", indexes=[("sid",)])
+        e.source("users", rate_users(spark), ts="ts", lateness="2 seconds", indexes=[("sid",)])
+        if self.config in ("provenance", "full"):
+            e.event_query("overload", overload, inputs=["metrics"])
+        if self.config == "full":
+            e.recall("overload", "SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n FROM metrics h "
+                     "WHERE h.sid = :sid GROUP BY h.sid", name="norm", period=timedelta(minutes=10),
+                     time_column="h.ts")
+            e.context_query("overload", users_context, inputs=["users"], name="users", window="10s")
+            e.similarity_recall("overload", k=3, name="similar")
+        e.start()
+        self.queries = [s.query for s in e._sources.values()] + [f.streaming for f in e.deploy.flows.values()]
+
+    def check(self) -> None:
+        for q in self.queries:
+            if q.exception() is not None:
+                raise RuntimeError(f"{self.config} at {self.rate}: query {q.name} failed: {q.exception()}")
+
+    def stop(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+        for q in self.queries:
+            if q.isActive:
+                q.stop()
+
+
+def batch_stats(query, warm_ms: int) -> dict:
+    """Batch times (ms) and input rows of a query's batches started ``warm_ms`` after its
+    first one; ``expected``: how many triggers fit between then and now."""
+    from datetime import datetime
+
+    def ms(p):
+        return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+
+    ps = [p for p in query.recentProgress if p.get("batchId", 0) > 0]
+    t0 = ms(ps[0]) if ps else time.time() * 1000
+    late = [p for p in ps if ms(p) - t0 >= warm_ms]
+    dur = [p["durationMs"].get("triggerExecution", 0) for p in late]
+    add = [p["durationMs"].get("addBatch", 0) for p in late]
+    return {"batches": len(late), "expected": round((time.time() * 1000 - t0 - warm_ms) / (TRIGGER_S * 1000), 1),
+            "median_ms": pct(dur, 0.5), "p90_ms": pct(dur, 0.9), "max_ms": max(dur, default=None),
+            "add_batch_median_ms": pct(add, 0.5), "input_rows": sum(p.get("numInputRows", 0) for p in late)}
+
+
+def measure(b: Bench, config: str, rate: int, seconds: float, warm: float) -> dict:
+    run = Run(b, config, rate)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            run.check()
+            time.sleep(0.5)
+        run.check()
+        per_query = {q.name: batch_stats(q, int(warm * 1000)) for q in run.queries}
+        alerts = sum(f.events_seen for f in run.engine.deploy.flows.values()) if run.engine else None
+        live = run.engine.live_status() if run.engine else None
+    finally:
+        run.stop()
+    ok = all(s["batches"] >= 0.8 * s["expected"] - 1 and s["expected"] >= 3 and s["p90_ms"] is not None and s["p90_ms"] <= TRIGGER_S * 1000
+             for s in per_query.values())
+    print(f"{config:>10} @ {rate:>9,} rows/s: {'sustained' if ok else 'behind   '} "
+          + "; ".join(f"{n} p90 {s['p90_ms']} ms x{s['batches']}" for n, s in per_query.items()), flush=True)
+    if live and live["event_queries"]:
+        print(f"{'':>12}driver seconds per phase: {live['event_queries']}; waits {live['archive_waits']}", flush=True)
+    return {"config": config, "rate": rate, "sustained": ok, "alerts": alerts, "queries": per_query,
+            "live": live}
+
+
+def capacities(b: Bench, configs: list[str], start: int, seconds: float, warm: float, limit: int) -> dict:
+    """Each configuration's highest sustained rate. The offered rate doubles from
+    ``start``; at each rate every configuration still keeping up runs once, back to back,
+    so configurations are compared under the same machine load; one that falls behind
+    is done (its capacity: the last rate it kept up with; 0 if it never did)."""
+    out = {c: {"sustained_rows_per_s": 0, "capped": False, "runs": []} for c in configs}
+    live, rate = list(configs), start
+    while live and rate <= limit:
+        for cfg in list(live):
+            r = measure(b, cfg, rate, seconds, warm)
+            out[cfg]["runs"].append(r)
+            if r["sustained"]:
+                out[cfg]["sustained_rows_per_s"] = rate
+            else:
+                live.remove(cfg)
+        rate *= 2
+    for cfg in live:
+        out[cfg]["capped"] = True
+    return out
+
+
+def soak(b: Bench, rate: int, minutes: float, sample_s: float = 5.0) -> dict:
+    run = Run(b, "full", rate)
+    me, samples, e = psutil.Process(), [], run.engine
+    try:
+        start = time.monotonic()
+        while time.monotonic() - start < minutes * 60:
+            time.sleep(sample_s)
+            run.check()
+            tasks = e.deploy.manager.tasks()
+            last = [q.lastProgress or {} for q in run.queries]
+            samples.append({
+                "t_s": round(time.monotonic() - start, 1), "driver_rss_mb": round(me.memory_info().rss / 2**20, 1),
+                "jvm_rss_mb": round((jvm_rss(me) or 0) / 2**20, 1), "present_rows": e.archiver.present.rows(),
+                "open_tasks": sum(1 for t in tasks if t.state.value in OPEN_STATES),
+                "all_tasks": len(tasks), "max_batch_ms": max((p.get("durationMs", {}).get("triggerExecution", 0)
+                                                              for p in last), default=0)})
+            print(json.dumps(samples[-1]), flush=True)
+        alerts = sum(f.events_seen for f in e.deploy.flows.values())
+    finally:
+        run.stop()
+    warm = [s for s in samples if s["t_s"] >= minutes * 60 / 3] or samples
+    growth = {}
+    for key in ("driver_rss_mb", "jvm_rss_mb"):
+        first, last = warm[0][key], warm[-1][key]
+        growth[key] = round(100 * (last - first) / first, 1) if first else None
+    first_rss = warm[0]["driver_rss_mb"] + warm[0]["jvm_rss_mb"]
+    last_rss = warm[-1]["driver_rss_mb"] + warm[-1]["jvm_rss_mb"]
+    growth["total_rss"] = round(100 * (last_rss - first_rss) / first_rss, 1) if first_rss else None
+    half = len(warm) // 2
+    bounded = {k: max(s[k] for s in warm[half:]) <= 1.1 * max(s[k] for s in warm[:half]) + 10
+               for k in ("open_tasks", "present_rows")} if half else {}
+    return {"rate": rate, "minutes": minutes, "alerts": alerts, "growth_pct": growth, "bounded": bounded,
+            "samples": samples}
+
+
+def targets(data: dict) -> list[dict]:
+    out = []
+    if "ratios" in data:
+        r = data["ratios"]
+        for cfg, goal in (("archive", 0.7), ("full", 0.5)):
+            plain_capped = data["capacity"]["plain"]["capped"]
+            out.append(target(f"JVM rate source: {cfg} vs plain Spark capacity", f">= {goal}x", f"{r[cfg]:.2f}x",
+                              None if plain_capped else r[cfg] >= goal,
+                              "plain Spark hit the ladder's top rate: its capacity is a lower bound"
+                              if plain_capped else ""))
+    if "soak" in data:
+        s = data["soak"]
+        g = s["growth_pct"]["total_rss"]
+        short = s["minutes"] < 10
+        ok = g is not None and g <= 10 and all(s["bounded"].values())
+        out.append(target(f"JVM rate source: full engine soak at {s['rate']:,} rows/s ({s['minutes']:g} min)",
+                          "RSS growth <= 10 %, tasks and present tier bounded",
+                          f"{g:+.1f} % RSS; bounded {s['bounded']}", None if short and ok else ok,
+                          "shorter than the 10 minutes the target is stated for" if short else ""))
+    return out
+
+
+def markdown(data: dict) -> str:
+    lines = [f"## Engine on a JVM source (`bench/engine_jvm.py`{' --quick' if data['quick'] else ''})", ""]
+    if "capacity" in data:
+        lines += [f"Spark `rate` source, 1000 keys, 5-s tumbling average + filter (alerts ~1/s), trigger "
+                  f"{TRIGGER_S:g} s, {data['seconds']:g} s per rate (first {data['warm']:g} s discarded); "
+                  f"load average at start {data['load_avg']}.", "",
+                  "| configuration | highest sustained rows/s | vs plain | rates tried (sustained?) |", "|---|---|---|---|"]
+        for cfg in CONFIGS:
+            c = data["capacity"].get(cfg)
+            if c is None:
+                continue
+            tried = ", ".join(f"{r['rate'] / 1000:g}k {'✓' if r['sustained'] else '✗'}" for r in c["runs"])
+            cap = " (ladder top)" if c["capped"] else ""
+            lines.append(f"| {cfg} | {c['sustained_rows_per_s']:,}{cap} | {data['ratios'][cfg]:.2f} | {tried} |")
+    if "soak" in data:
+        s = data["soak"]
+        w = s["samples"]
+        lines += ["", f"Soak: full engine at {s['rate']:,} rows/s for {s['minutes']:g} min, {s['alerts']} alerts; "
+                  f"RSS growth after the first third: driver {s['growth_pct']['driver_rss_mb']} %, JVM "
+                  f"{s['growth_pct']['jvm_rss_mb']} %, total {s['growth_pct']['total_rss']} %; peak open tasks "
+                  f"{max(x['open_tasks'] for x in w)}, peak present rows {max(x['present_rows'] for x in w):,}; "
+                  f"bounded: {s['bounded']}."]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shorter runs per rate")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
+    ap.add_argument("--start", type=int, default=5_000, help="first offered rate (rows/s), doubled each step")
+    ap.add_argument("--limit", type=int, default=1_280_000, help="highest offered rate tried")
+    ap.add_argument("--seconds", type=float, default=None, help="seconds per rate (default 40; quick 25)")
+    ap.add_argument("--soak", type=float, default=None, help="run only the memory soak, this many minutes")
+    ap.add_argument("--soak-rate", type=int, default=None, help="offered rate of the soak (default 0.8 x last full)")
+    args = ap.parse_args(argv)
+    from moirae.spark import spark_session
+
+    spark_session()
+    with tempfile.TemporaryDirectory(prefix="moirae-jvm-warm-") as d:  # JIT, Python workers: discarded
+        measure(Bench(Path(d)), "plain", args.start, 10, 3)
+    seconds = args.seconds or (25.0 if args.quick else 40.0)
+    warm = min(10.0, seconds / 3)
+    data: dict = {"quick": args.quick, "trigger_s": TRIGGER_S, "seconds": seconds, "warm": warm,
+                  "load_avg": [round(x, 2) for x in psutil.getloadavg()]}
+    name = "engine_jvm_quick" if args.quick else "engine_jvm"
+    with tempfile.TemporaryDirectory(prefix="moirae-jvm-") as d:
+        b = Bench(Path(d))
+        try:
+            if args.soak is not None:
+                rate = args.soak_rate
+                if rate is None:
+                    prev = json.loads((RESULTS / "engine_jvm.json").read_text())
+                    rate = int(0.8 * prev["capacity"]["full"]["sustained_rows_per_s"])
+                data["soak"] = soak(b, rate, args.soak)
+                name += "_soak"
+            else:
+                data["capacity"] = capacities(b, args.configs.split(","), args.start, seconds, warm,
+                                              limit=args.limit)
+                base = data["capacity"].get("plain", {}).get("sustained_rows_per_s") or None
+                data["ratios"] = {c: round(v["sustained_rows_per_s"] / base, 3) if base else 0.0
+                                  for c, v in data["capacity"].items()}
+        finally:
+            b.drop_schemas()
+    publish(name, data, markdown(data), None, targets=targets(data))
+    print(markdown(data), flush=True)
+    return exit_code(targets(data))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

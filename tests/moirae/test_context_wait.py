@@ -1,0 +1,122 @@
+"""Contexts see every context input up to the event's time, even when that input lags
+the event's own input (issue 11 §3); a wait that times out is counted, never ignored.
+
+Real Spark (file sources) and PostgreSQL. The ``users`` file for the event's window is
+written only once the engine is seen waiting for it, so without the wait the context
+would miss it; the second event's users never arrive, and that wait's timeout is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+from pyspark.sql import functions as F
+
+from moirae import Engine
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+
+T0 = datetime(2024, 3, 1, tzinfo=UTC)
+
+
+def _csv(folder, name, rows):
+    frame = pd.DataFrame(rows)
+    frame["ts"] = [(T0 + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ") for s in frame["ts"]]
+    tmp = folder.parent / f".{name}"
+    frame.to_csv(tmp, index=False, header=False)
+    tmp.rename(folder / name)  # atomic: the file source never sees half a file
+
+
+def overload(m):
+    w = m.window("10 seconds", keys=["sid"], aggs=[F.avg("bw").alias("avg_bw")], ts_out="ts")
+    return w.filter(F.col("avg_bw") > 100).with_column("eid", F.concat_ws(":", F.col("sid"), F.col("ts")))
+
+
+def users_context(events, users):
+    e, u = events.alias("e"), users.alias("u")
+    cond = ((F.col("e.sid") == F.col("u.sid")) & (F.col("u.ts") <= F.col("e.ts"))
+            & (F.col("u.ts") > F.col("e.ts") - F.expr("INTERVAL 30 SECONDS")))
+    return e.join(u, cond).select(F.col("e.eid").alias("eid"), F.col("e.ts").alias("ts"), "u.user").distinct()
+
+
+def _until(what, cond, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypatch):
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    m_dir, u_dir = tmp_path / "metrics", tmp_path / "users"
+    m_dir.mkdir()
+    u_dir.mkdir()
+    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
+                                spark={"trigger": "500ms"}, archive={"chunk_span": "10m"})
+    try:
+        metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(m_dir))
+        users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(u_dir))
+        engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])
+        engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)])
+        engine.event_query("overload", overload, inputs=["metrics"])
+        engine.context_query("overload", users_context, inputs=["users"], name="users", window="30s")
+        _csv(u_dir, "u0.csv", {"ts": [1.0], "sid": ["s1"], "user": ["alice"]})
+        engine.start()
+        _until("users archived", lambda: "users" in engine.live_status()["archived_upto"])
+        # window [0, 10) of s1 overloads; the row at 60 s moves the watermark past it
+        _csv(m_dir, "m0.csv", {"ts": [2.0, 5.0, 9.0, 60.0], "sid": ["s1", "s1", "s1", "s2"],
+                               "bw": [500.0, 500.0, 500.0, 1.0]})
+
+        def waiting_for_users():
+            return [w for w in engine.live_status()["archive_waits"]["now"] if "users" in w["streams"]]
+
+        _until("the engine waiting for users", waiting_for_users)
+        # the lagging context input: a user logged in just before the event, archived only now
+        _csv(u_dir, "u1.csv", {"ts": [9.5, 61.0], "sid": ["s1", "s1"], "user": ["mallory", "zed"]})
+        eid1 = _until("the first event", lambda: engine.deploy.events.list(event="overload"))[0].eid
+        first = engine.deploy.events.get(eid1)
+        assert sorted(t["user"] for t in first.context) == ["alice", "mallory"]
+        assert engine.live_status()["archive_waits"]["timed_out"] == 0
+
+        # a second overload whose users never arrive: the wait times out and is counted
+        _csv(m_dir, "m1.csv", {"ts": [72.0, 75.0, 200.0], "sid": ["s1", "s1", "s2"], "bw": [900.0, 900.0, 1.0]})
+        _until("two events", lambda: len(engine.deploy.events.list(event="overload")) >= 2)
+        waits = engine.live_status()["archive_waits"]
+        assert waits["timed_out"] == 1 and waits["timeouts_by_stream"] == {"users": 1}
+        assert engine.status()["live"]["archive_waits"]["timed_out"] == 1
+    finally:
+        engine.close()
+
+
+def test_events_archived_but_never_processed_are_recovered_at_start(spark, pg, tmp_path, monkeypatch):
+    """A crash after Spark committed a batch, before the event worker processed it: the
+    events are in ev_<name> but not in the event log; recovery processes them once."""
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    for d in ("metrics", "users"):
+        (tmp_path / d).mkdir()
+    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
+                                archive={"chunk_span": "10m"})
+    try:
+        metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(tmp_path / "metrics"))
+        users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(tmp_path / "users"))
+        engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])
+        engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)])
+        engine.event_query("overload", overload, inputs=["metrics"])
+        engine.context_query("overload", users_context, inputs=["users"], name="users", window="30s")
+        ts = pd.Timestamp(T0 + timedelta(seconds=10) - timedelta(microseconds=1))
+        engine.archiver.append("users", 0, pd.DataFrame({"ts": [pd.Timestamp(T0 + timedelta(seconds=3))],
+                                                         "sid": ["s1"], "user": ["alice"]}))
+        engine.archiver.append("ev_overload", 7, pd.DataFrame({"sid": ["s1"], "avg_bw": [500.0], "ts": [ts],
+                                                               "eid": ["s1:x"]}))
+        assert engine.deploy.recover() == 1
+        record = engine.deploy.events.get("s1:x")
+        assert record is not None and [t["user"] for t in record.context] == ["alice"]
+        assert engine.deploy.recover() == 0  # recorded now: never processed twice
+    finally:
+        engine.close()
