@@ -26,6 +26,7 @@ run: $(STAMP) check-java
 	$(VENV)/bin/moirae run $(ARGS)
 
 test: $(STAMP) check-java
+	@sh tests/browser/ensure_chromium.sh
 	$(PY) -m pytest $(ARGS)
 
 test-quick: $(STAMP)

@@ -12,9 +12,13 @@ Routes (all JSON unless noted):
 - ``GET /api/stream?eid=``: server-sent events (:mod:`moirae.api.sse`).
 - ``GET /``: the console page (:mod:`moirae.api.console_page`).
 
-Errors: an unknown eid is 404, a bad parameter or body 422 with the reason, a
-mutating call without the configured token 401, steering without an engine in this
-process 409.
+Errors: an unknown eid is 404, a bad parameter or body 422 with the reason (text
+PostgreSQL cannot hold, such as a NUL, included: :mod:`moirae.api.guard`), a mutating
+call without the configured token 401, steering without an engine in this process 409,
+and a failure of the server 500 with an ``error_id`` naming the traceback in
+``<data_dir>/logs/api.log`` (never printed on the terminal). Every answer has a response
+model (:mod:`moirae.api.models`); the OpenAPI schema is served at ``/openapi.json``
+(browsable at ``/docs``).
 """
 
 from __future__ import annotations
@@ -24,20 +28,35 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from moirae import views
-from moirae.api import sse, steer
+from moirae.api import incidents_api, sse, steer
+from moirae.api import models as m
 from moirae.api.auth import check_bind, token_matches
 from moirae.api.console_page import PAGE
+from moirae.api.guard import Guard, document_text_rule
+from moirae.errorlog import file_logger, log_dir
 from recall.outputs import Bus
+
+
+def _whole_number(v: Any) -> Any:
+    """JSON Schema's ``integer``: a JSON number without a fractional part (so ``5.0``
+    is 5), but never a boolean or a string."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ValueError(f"must be a whole number, got {v!r}")
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise ValueError(f"must be a whole number, got {v!r}")
+        return int(v)
+    return v
 
 
 class AccelerateBody(BaseModel):
     """``POST /api/events/{eid}/accelerate`` body: how many tickets to add."""
 
     model_config = ConfigDict(extra="forbid")
-    tickets: StrictInt = Field(100, ge=1, le=steer.MAX_TICKETS)
+    tickets: Annotated[int, BeforeValidator(_whole_number)] = Field(100, ge=1, le=steer.MAX_TICKETS)
 
 
 def parse_time(name: str, text: str | None) -> datetime | None:
@@ -49,7 +68,18 @@ def parse_time(name: str, text: str | None) -> datetime | None:
         t = datetime.fromisoformat(text.strip().replace(" ", "+") if "T" in text else text.strip())
     except ValueError:
         raise HTTPException(422, f"{name}: not an ISO-8601 time (like 2024-03-01T06:00:00Z): {text!r}") from None
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+    if t.tzinfo is None:
+        return t.replace(tzinfo=UTC)
+    try:  # as UTC: PostgreSQL refuses offsets beyond 15:59 that ISO-8601 allows
+        return t.astimezone(UTC)
+    except OverflowError:
+        raise HTTPException(422, f"{name}: time out of range: {text!r}") from None
+
+
+#: An ISO-8601 time query parameter (parsed by :func:`parse_time`, which also takes a
+#: time without an offset, as UTC).
+TIME = Query(json_schema_extra={"format": "date-time"},
+             description="ISO-8601 time, e.g. 2024-03-01T06:00:00Z (no offset: UTC); since must not be after until")
 
 
 def bus_of(engine) -> Bus:
@@ -65,8 +95,19 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
     api_cfg = engine.settings.api
     token = api_cfg.token if token is None else token
     check_bind(host or api_cfg.host, token)
-    app = FastAPI(title="Moirae", summary="history-enhanced monitoring", version="1")
+    app = FastAPI(title="Moirae", summary="history-enhanced monitoring", version="1",
+                  responses=m.error_responses(422, "4XX", 500))
     app.state.engine = engine
+    app.state.error_log = log_dir(engine.settings.data_dir) / "api.log"
+    app.add_middleware(Guard, logger=file_logger("moirae.api.errors", app.state.error_log))
+    plain_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = document_text_rule(plain_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi
 
     def require_token(request: Request) -> None:
         if token and not token_matches(request.headers.get("authorization"), token):
@@ -92,45 +133,50 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
     def console() -> str:
         return PAGE
 
-    @app.get("/api/events")
+    app.include_router(incidents_api.router(engine, require_token))
+
+    @app.get("/api/events", response_model=m.EventList)
     def list_events(type: Annotated[str | None, Query(max_length=200)] = None,  # noqa: A002 - the API's name
-                    since: str | None = None, until: str | None = None,
+                    since: Annotated[str | None, TIME] = None, until: Annotated[str | None, TIME] = None,
                     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-                    offset: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+                    offset: Annotated[int, Query(ge=0, le=10**12)] = 0) -> dict[str, Any]:
         lo, hi = parse_time("since", since), parse_time("until", until)
         if lo is not None and hi is not None and lo > hi:
             raise HTTPException(422, f"since ({since}) is after until ({until})")
         return views.event_list(engine, type or None, lo, hi, limit, offset)
 
-    @app.get("/api/events/{eid}")
+    @app.get("/api/events/{eid}", response_model=m.EventDetail)
     def get_event(eid: str) -> dict[str, Any]:
         return event_or_404(eid)
 
-    @app.post("/api/events/{eid}/cancel", dependencies=[Depends(require_token)])
+    @app.post("/api/events/{eid}/cancel", dependencies=[Depends(require_token)], response_model=m.SteerResult)
     def cancel(eid: str) -> dict[str, Any]:
         return steering(steer.cancel, eid)
 
-    @app.post("/api/events/{eid}/accelerate", dependencies=[Depends(require_token)])
+    @app.post("/api/events/{eid}/accelerate", dependencies=[Depends(require_token)],
+              response_model=m.SteerResult)
     def accelerate(eid: str, body: Annotated[AccelerateBody | None, Body()] = None) -> dict[str, Any]:
         return steering(steer.accelerate, eid, (body or AccelerateBody()).tickets)
 
-    @app.get("/api/archive/chunks")
+    @app.get("/api/archive/chunks", response_model=m.ChunkCatalog)
     def chunks(stream: str | None = None) -> dict[str, Any]:
         try:
             return views.chunk_catalog(engine, stream)
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from None
 
-    @app.get("/api/scheduler/tasks")
+    @app.get("/api/scheduler/tasks", response_model=m.SchedulerTasks)
     def tasks() -> dict[str, Any]:
         return views.scheduler_tasks(engine)
 
-    @app.get("/api/status")
+    @app.get("/api/status", response_model=m.Status)
     def status() -> dict[str, Any]:
+        live = engine.live_status() if hasattr(engine, "live_status") else None  # a console has no live path
         return {"engine_running": views.running(engine), "token_required": bool(token),
-                "archive": engine.archiver.status()}
+                "archive": engine.archiver.status(), "live": live}
 
-    @app.get("/api/stream")
+    @app.get("/api/stream", response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})
     async def live(request: Request, eid: str | None = None) -> StreamingResponse:
         return StreamingResponse(sse.stream(bus_of(engine), request, keepalive=keepalive, eid=eid),
                                  media_type="text/event-stream",

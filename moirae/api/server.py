@@ -13,8 +13,10 @@ import threading
 import time
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from moirae.api.auth import ApiError, check_bind
+from moirae.errorlog import file_logger
 
 
 class ApiServer:
@@ -32,8 +34,13 @@ class ApiServer:
         self.host = host
         self.port = self._sock.getsockname()[1]
         self.app = app
+        # uvicorn's own messages go to the API's log file, not the terminal (the alert
+        # output of `moirae run`); the app's Guard already keeps tracebacks from it
+        log = getattr(getattr(app, "state", None), "error_log", None)
+        if log is not None:
+            file_logger("uvicorn", log).setLevel(log_level.upper())
         config = uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=2)
+                                timeout_graceful_shutdown=2, log_config=None if log is not None else LOGGING_CONFIG)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="moirae-api", daemon=True)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.postgres
 def test_the_page_is_served_and_uses_the_api(engine):
     page = TestClient(create_app(engine)).get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    for needle in ("new EventSource('/api/stream')", "/api/events/", "'cancel'", "'accelerate'", "Similar past events"):
+    for needle in ("new EventSource('/api/stream')", "/api/events/", "'cancel'", "'accelerate'", "Similar past incidents", "/api/incidents"):
         assert needle in page.text
 
 
@@ -58,17 +58,20 @@ def test_tail_publishes_rows_written_by_another_engine(engine):
     add_event(engine, "before", 100, submit=False)
     ro = ReadOnlyEngine(engine.settings, poll=None)
     try:
-        tail = DbTail(ro.db, ro.deploy.bus)
+        tail = DbTail(ro.db, ro.deploy.bus, incidents=ro.deploy.incidents)
         sub = ro.deploy.bus.subscribe()
         assert tail.poll() == 0  # what was there before is not news
-        rec = add_event(engine, "after", 110, submit=False)
+        rec = add_event(engine, "after", 110, sid="s2", submit=False)  # another server: its own incident
         engine.deploy.results.append(Output("hist", "after", rec.ts, OutputKind.INSERT, 0, "k", {"v": 1}, None))
         engine.deploy.results.flush()
-        assert tail.poll() == 2
-        ev, out = list(sub.drain())
+        assert tail.poll() == 3
+        ev, out, inc = list(sub.drain())
         assert ev["type"] == "event" and ev["eid"] == "after"
         assert (out.eid, out.kind, dict(out.row)) == ("after", OutputKind.INSERT, {"v": 1})
+        assert (inc["type"], inc["id"], inc["status"]) == ("incident", "after", "open")
         assert tail.poll() == 0  # each once
+        engine.deploy.incidents.acknowledge("after", "ann")  # written by the engine's process
+        assert tail.poll() == 1 and next(iter(sub.drain()))["status"] == "acknowledged"
     finally:
         ro.close()
 

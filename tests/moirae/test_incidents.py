@@ -1,0 +1,82 @@
+"""The incident store on a real PostgreSQL: live grouping by the shared rule, severity
+from the norm, acknowledge / resolve, resolutions for Similarity Recall, restarts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from moirae.events import EventLog, EventRecord
+from moirae.incidents import IncidentError, IncidentStore, NoSuchIncident
+from recall.api import Output, OutputKind
+
+pytestmark = pytest.mark.postgres
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+M5 = timedelta(minutes=5)
+
+
+def rec(sid: str, minutes: int, bw: float = 700.0) -> EventRecord:
+    ts = T0 + timedelta(minutes=minutes)
+    return EventRecord("overload", f"ov:{sid}:{minutes}", ts, {"sid": sid, "avg_bw": bw})
+
+
+def store_and_log(pg):
+    log = EventLog(pg)
+    published: list[dict] = []
+    store = IncidentStore(pg, publish=published.append, events=log)
+    store.configure("overload", keys="sid", window=M5, metric="avg_bw", threshold=600, norm="norm")
+    log.listeners.append(store.record)
+    return log, store, published
+
+
+def test_consecutive_events_of_one_key_form_one_incident(pg):
+    log, store, published = store_and_log(pg)
+    log.add([rec("a", 5), rec("b", 10), rec("a", 10)])
+    log.add([rec("a", 15), rec("a", 60)])
+    rows, total = store.list()
+    assert total == 3
+    assert [r["id"] for r in rows] == ["ov:a:60", "ov:b:10", "ov:a:5"]  # newest first
+    first = store.get("ov:a:5")
+    assert first["alerts"] == 3 and [e["eid"] for e in first["events"]] == ["ov:a:5", "ov:a:10", "ov:a:15"]
+    assert first["duration_s"] == 15 * 60  # first window's start to the last window's end
+    assert first["status"] == "open" and published[-1]["type"] == "incident"
+    assert store.list(event="other")[1] == 0 and store.list(status="resolved")[1] == 0
+    with pytest.raises(IncidentError, match="status must be one of"):
+        store.list(status="bogus")
+
+
+def test_norm_outputs_set_severity_and_actions_record_who_and_how(pg):
+    log, store, published = store_and_log(pg)
+    log.add([rec("a", 5, 720.0), rec("a", 10, 900.0)])
+    for seq, (eid, mean, sd) in enumerate([("ov:a:5", 120.0, 60.0), ("ov:a:10", 120.0, 30.0)]):
+        store.on_output(Output("norm", eid, T0, OutputKind.INSERT, seq, "a", {"sid": "a", "mean_bw": mean,
+                                                                            "sd_bw": sd, "n": 9}, None))
+    inc = store.get("ov:a:5")
+    assert inc["severity"] == pytest.approx((900 - 120) / 30) and inc["severity_label"] == "critical"
+    assert inc["events"][0]["z"] == pytest.approx(10.0)
+    assert store.acknowledge("ov:a:5", "ann")["status"] == "acknowledged"
+    with pytest.raises(IncidentError, match="resolution note is required"):
+        store.resolve("ov:a:5", "   ")
+    done = store.resolve("ov:a:5", "killed process rsync", "bob")
+    assert (done["status"], done["resolution"], done["resolved_by"], done["acknowledged_by"]) == (
+        "resolved", "killed process rsync", "bob", "ann")
+    assert published[-1]["status"] == "resolved"
+    # by incident id, or by any eid of the incident; unresolved and unknown ids are absent
+    assert store.resolutions(["ov:a:5", "ov:a:10", "nope"]) == {"ov:a:5": "killed process rsync",
+                                                                "ov:a:10": "killed process rsync"}
+    with pytest.raises(NoSuchIncident):
+        store.acknowledge("nope")
+
+
+def test_incidents_survive_a_restart(pg):
+    log, store, _ = store_and_log(pg)
+    log.add([rec("a", 5)])
+    log2, store2, _ = store_and_log(pg)  # a new process over the same database
+    log2.add([rec("a", 10)])
+    assert store2.get("ov:a:5")["alerts"] == 2
+    store2.resolve("ov:a:5", "rebooted")
+    log2.add([rec("a", 15), rec("a", 40)])  # a new event of a resolved incident reopens it, keeping the note
+    again = store2.get("ov:a:5")
+    assert (again["status"], again["resolution"], again["alerts"]) == ("open", "rebooted", 3)
+    assert store2.list()[1] == 2
