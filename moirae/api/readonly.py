@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from ananke.store import GraphStore
 from archive import Archiver, Database
 from moirae.events import EventLog, EventRecord
+from moirae.incidents import IncidentStore
 from moirae.store import database_dsn
 from recall.api import Interval, Output, OutputKind
 from recall.outputs import TABLE, Bus, ResultsTable
@@ -37,6 +38,7 @@ class _Deploy:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.events = EventLog(db)
+        self.incidents = IncidentStore(db, publish=None, events=self.events)  # read only: no events recorded here
         self.results = ResultsTable(db)
         self.bus = Bus()
         self.flows: dict = {}
@@ -70,7 +72,7 @@ class ReadOnlyEngine:
         self.archiver = Archiver(self.db, settings.archive.settings())
         self.deploy = _Deploy(self.db)
         self.started = False
-        self.tail = DbTail(self.db, self.deploy.bus, poll) if poll else None
+        self.tail = DbTail(self.db, self.deploy.bus, poll, self.deploy.incidents) if poll else None
         if self.tail is not None:
             self.tail.start()
 
@@ -98,10 +100,11 @@ class DbTail:
     Events come as ``{"type": "event", ...}`` dicts, outputs as
     :class:`~recall.api.Output` objects, as the engine's own bus carries them."""
 
-    def __init__(self, db: Database, bus: Bus, interval: float = 1.0) -> None:
+    def __init__(self, db: Database, bus: Bus, interval: float = 1.0, incidents: IncidentStore | None = None) -> None:
         self.db = db
         self.bus = bus
         self.interval = interval
+        self.incidents = incidents
         self._stop = threading.Event()
         with db.connection() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}")
@@ -111,6 +114,10 @@ class DbTail:
             cur.execute("SELECT eid, detected_at FROM moirae_events WHERE detected_at >= %s",
                         (self.last_detected - LOOKBACK,))
             self._seen: dict[str, datetime] = dict(cur.fetchall())
+            self.incidents_since: datetime | None = None
+            if incidents is not None:  # its constructor made the table
+                cur.execute("SELECT coalesce(max(updated_at), now()) FROM moirae_incidents")
+                self.incidents_since = cur.fetchone()[0]
         self._thread = threading.Thread(target=self._run, name="moirae-console-tail", daemon=True)
 
     def start(self) -> None:
@@ -138,6 +145,11 @@ class DbTail:
             cur.execute("SELECT id, operator, eid, event_ts, kind, seq, key, row, covered_start, covered_end "
                         f"FROM {TABLE} WHERE id > %s ORDER BY id LIMIT 5000", (self.last_id,))
             outputs = cur.fetchall()
+            changed = []
+            if self.incidents is not None:
+                cur.execute("SELECT id, updated_at FROM moirae_incidents WHERE updated_at > %s ORDER BY updated_at",
+                            (self.incidents_since,))
+                changed = cur.fetchall()
         for r in events:
             if r[1] in self._seen:
                 continue
@@ -152,5 +164,10 @@ class DbTail:
             self.last_id = r[0]
             self.bus.publish(Output(operator=r[1], eid=r[2], event_ts=r[3], kind=OutputKind(r[4]), seq=r[5],
                                     key=r[6], row=r[7], covered=Interval(r[8], r[9]) if r[8] is not None else None))
+            n += 1
+        for iid, at in changed:  # incident updates, as the engine's store announces them
+            self.incidents_since = max(self.incidents_since, at)
+            summary = {k: v for k, v in self.incidents.get(iid).items() if k != "events"}
+            self.bus.publish({"type": "incident", **summary})
             n += 1
         return n

@@ -1,0 +1,121 @@
+"""Where failures are written down: log files, never the terminal.
+
+A failure nobody anticipated (a bug, a lost database) is recorded in a log file with
+its traceback under an *error id*; the user sees one line naming the id and the file
+(the CLI, :mod:`moirae.cli`) or a JSON answer carrying the id (the HTTP API,
+:mod:`moirae.api.guard`). Tracebacks never reach the alert output of ``moirae run``.
+
+Log files live in ``<data_dir>/logs`` (``MOIRAE_LOG_DIR`` overrides it).
+
+>>> len(new_error_id()), new_error_id() != new_error_id()
+(12, True)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from pathlib import Path
+
+ENV_LOG_DIR = "MOIRAE_LOG_DIR"
+_lock = threading.Lock()
+
+
+def log_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The directory of Moirae's log files (created): ``MOIRAE_LOG_DIR`` if set, else
+    ``<data_dir>/logs`` (``data_dir`` defaults to ``.moirae``)."""
+    env = os.environ.get(ENV_LOG_DIR)
+    path = Path(env) if env else Path(data_dir if data_dir is not None else ".moirae") / "logs"
+    path = path.resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def new_error_id() -> str:
+    """A short random id that names one failure in the log and in the answer."""
+    return uuid.uuid4().hex[:12]
+
+
+def file_logger(name: str, path: Path) -> logging.Logger:
+    """The logger ``name``, writing to ``path`` only (not propagated to the root logger,
+    so nothing reaches the terminal). Idempotent: a second call with the same path adds
+    no second handler; another path replaces the handler."""
+    logger = logging.getLogger(name)
+    target = str(Path(path).resolve())
+    with _lock:
+        for h in list(logger.handlers):
+            if isinstance(h, logging.FileHandler) and h.baseFilename == target:
+                break
+            logger.removeHandler(h)
+            h.close()
+        else:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            handler = logging.FileHandler(target, encoding="utf-8", delay=True)
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def record_failure(logger: logging.Logger, what: str, exc: BaseException) -> str:
+    """Write ``exc`` with its traceback to ``logger`` under a new error id; returns the id."""
+    error_id = new_error_id()
+    logger.error("error id %s: %s: %s: %s", error_id, what, type(exc).__name__, exc,
+                 exc_info=(type(exc), exc, exc.__traceback__))
+    for h in logger.handlers:
+        h.flush()
+    return error_id
+
+
+class OneLine(logging.Formatter):
+    """A log record as one line: no traceback (that goes to the file), only its type and
+    first line, and where the details are."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__("moirae: %(levelname)s: %(name)s: %(message)s")
+        self.where = where
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage().splitlines()[0] if record.getMessage() else ""
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            msg += f" ({type(exc).__name__}: {first}; details in {self.where})"
+        return f"moirae: {record.levelname.lower()}: {record.name}: {msg}"
+
+
+def route_logging(path: Path, stream=None) -> None:
+    """Send every log record to ``path`` in full (tracebacks included) and warnings and
+    errors to ``stream`` (stderr) as one line each, never with a traceback; uncaught
+    exceptions in threads are logged the same way. For the CLI's process."""
+    import sys
+
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_moirae", False):
+            root.removeHandler(h)
+            h.close()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    to_file = logging.FileHandler(path, encoding="utf-8", delay=True)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    to_file.setLevel(logging.INFO)
+    to_term = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    to_term.setFormatter(OneLine(str(path)))
+    to_term.setLevel(logging.WARNING)
+    for h in (to_file, to_term):
+        h._moirae = True  # type: ignore[attr-defined]
+        root.addHandler(h)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+
+    def thread_hook(args) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "?"
+        logging.getLogger("moirae.thread").error("uncaught exception in thread %s", name,
+                                                 exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
+
+    threading.excepthook = thread_hook
