@@ -220,8 +220,8 @@ class RecallManager(WorkerLoop, Steering):
     def _submit(self, spec: Any, desc: TaskDescription, announced: bool = False) -> str:
         if spec.event_ts.tzinfo is None:
             raise ValueError(f"event {spec.eid!r}: event_ts must be timezone-aware, got {spec.event_ts!r}")
-        chunks = plan_chunks(self.store.chunk_ids(spec.query.streams), self.store.grid, spec.event_ts,
-                             spec.bound)
+        chunks = plan_chunks(self.store.chunk_ids(spec.query.streams), self.store.grid_for(spec.query.streams),
+                             spec.event_ts, spec.bound)
         task = RecallTask(self._ids.next(), spec, desc, chunks, self.clock.now())
         task.state = desc.recall_operator.start(spec)
         with self._cond:

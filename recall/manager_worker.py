@@ -80,9 +80,17 @@ class WorkerLoop:
         rows = None
         error: str | None = None
         try:
-            conn = self._conn(w)
-            rows = self.store.run_history_query(task.spec.query, task.spec.params, chunk_id, conn=conn,
-                                                timeout_ms=self.timeout_ms)
+            def step():
+                fetch = getattr(task.description.recall_operator, "fetch_chunk", None)
+                if fetch is not None:  # an operator that keeps its own per-chunk index (Similarity Recall)
+                    return fetch(task.state, chunk_id, self._conn(w), self.timeout_ms)
+                return self.store.run_history_query(task.spec.query, task.spec.params, chunk_id,
+                                                    conn=self._conn(w), timeout_ms=self.timeout_ms)
+
+            db = getattr(self.store, "db", None)
+            # a server restart drops the worker's connection: reconnect with backoff and rerun
+            # this chunk (a read-only query) instead of failing the task (archive.pg.Database.retry)
+            rows = step() if db is None else db.retry(step, "history-query", on_lost=lambda: self._close_conn(w))
         except Exception as exc:
             error = f"history-query over chunk {chunk_id} failed: {type(exc).__name__}: {exc}".strip()
         with self._cond:
@@ -93,7 +101,7 @@ class WorkerLoop:
         outputs: list[Output] = []
         covered: Interval | None = None
         if stop is None and error is None:
-            covered = task.covered(self.store.grid, chunk_id)
+            covered = task.covered(self.store.grid_for(task.spec.query.streams), chunk_id)
             try:
                 outputs = list(task.description.recall_operator.on_chunk(task.state, chunk_id, covered, rows))
             except Exception as exc:

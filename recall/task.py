@@ -28,6 +28,7 @@ snapshot that leaves the manager (API, console, tests).
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from archive.abc import ChunkGrid, HistoryQuery
+from archive.abc import ChunkGrid, DescendingIds, HistoryQuery
 from recall.api import EndReason, Interval, RecallOperator, TaskSpec
 
 
@@ -62,11 +63,29 @@ class TaskStatus(StrEnum):
 def plan_chunks(chunk_ids: Iterable[int], grid: ChunkGrid, event_ts: datetime,
                 bound: datetime | None) -> list[int]:
     """The chunks a task will visit, newest first: start <= ``event_ts`` and, with a
-    bound, end > ``bound``."""
+    bound, end > ``bound``. Ids already distinct and newest first (what
+    :class:`~archive.abc.DescendingIds`, what the Archiver returns) are sliced by bisection, so planning over tens of
+    thousands of chunks costs no more than over a few hundred."""
     newest = grid.chunk_of(event_ts)
     oldest = None if bound is None else grid.chunk_of(bound)  # chunk containing the bound: end > bound
-    ids = {c for c in chunk_ids if c <= newest and (oldest is None or c >= oldest)}
-    return sorted(ids, reverse=True)
+    ids = chunk_ids if isinstance(chunk_ids, DescendingIds) else sorted(set(chunk_ids), reverse=True)
+    neg = [-c for c in ids] if len(ids) < 64 else _Negated(ids)
+    lo = bisect.bisect_left(neg, -newest)
+    hi = len(ids) if oldest is None else bisect.bisect_right(neg, -oldest)
+    return ids[lo:hi]
+
+
+class _Negated:
+    """A descending list seen as ascending (for :mod:`bisect`) without copying it."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> int:
+        return -self.ids[i]
 
 
 @dataclass

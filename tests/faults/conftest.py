@@ -1,0 +1,30 @@
+"""Fixtures of the fault-injection suite (issue 12 §6); see ``fault_helpers``."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from fault_helpers import TEST_DATA_DIR, PrivateServer
+
+from archive.pg import Database
+
+
+@pytest.fixture(scope="session")
+def private_pg():
+    # beside the shared test server, not under pytest's tmp dir: the server runs as another
+    # user when the tests run as root, and pytest keeps its tmp root private to root
+    server = PrivateServer(TEST_DATA_DIR / "faults-pg")
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def private_db(private_pg):
+    private_pg.ensure_running()
+    db = Database(private_pg.dsn, schema=f"f_{uuid.uuid4().hex[:12]}", retry_seconds=60)
+    yield db
+    try:
+        db.drop_schema()
+    except Exception:
+        pass
