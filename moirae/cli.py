@@ -70,19 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="replay a CSV/Parquet file into the archive, reproducibly out of order",
                         description="Replay FILE into the archive under --stream, delaying a fraction of its rows "
-                                    "(reproducible out-of-order delivery, DEBS'19), or --analyze its disorder.")
+                                    "(reproducible out-of-order delivery, DEBS'19), or --analyze its disorder. "
+                                    "An interrupted replay, run again with the same file and options, resumes "
+                                    "where it stopped; a flag that would have no effect is an error.")
     rp.add_argument("file", metavar="FILE", help="a .csv or .parquet file with an event-time column")
     rp.add_argument("--ts-col", required=True, metavar="C", help="the event-time column")
     rp.add_argument("--ts-unit", choices=["s", "ms", "us", "ns"], help="unit of a numeric event-time column")
-    rp.add_argument("--out-of-order", type=float, default=0.0, metavar="PCT", help="percent of rows delayed (0-100)")
-    rp.add_argument("--min-delay", type=float, default=0.0, metavar="MS", help="minimum delay of a delayed row")
-    rp.add_argument("--max-delay", type=float, default=2000.0, metavar="MS", help="maximum delay of a delayed row")
-    rp.add_argument("--distribution", default="uniform", metavar="D", help="uniform, exponential or normal")
-    rp.add_argument("--seed", type=int, default=0, metavar="N", help="random seed (same seed, same output)")
-    rp.add_argument("--speedup", type=_speedup, default="max", metavar="X",
-                    help="scenario seconds per wall second, or max (default)")
-    rp.add_argument("--stream", default="replay", metavar="NAME", help="archive stream name (default: replay)")
-    rp.add_argument("--analyze", action="store_true", help="only measure the file's disorder; write nothing")
+    rp.add_argument("--out-of-order", type=float, metavar="PCT", help="percent of rows delayed (0-100; default 0)")
+    rp.add_argument("--min-delay", type=float, metavar="MS",
+                    help="minimum delay of a delayed row (default 0; needs --out-of-order)")
+    rp.add_argument("--max-delay", type=float, metavar="MS",
+                    help="maximum delay of a delayed row (default 2000; needs --out-of-order)")
+    rp.add_argument("--distribution", metavar="D",
+                    help="uniform (default), exponential or normal (needs --out-of-order)")
+    rp.add_argument("--seed", type=int, metavar="N",
+                    help="random seed, same seed same output (default 0; needs --out-of-order)")
+    rp.add_argument("--speedup", type=_speedup, metavar="X",
+                    help="scenario seconds per wall second, or max (default); not with --analyze")
+    rp.add_argument("--stream", metavar="NAME", help="archive stream name (default: replay); not with --analyze")
+    rp.add_argument("--analyze", action="store_true",
+                    help="write nothing: measure the file's disorder, or with --out-of-order the delivery order "
+                         "the replay would produce (a dry run)")
     rp.add_argument("--json", action="store_true", help="print one JSON object")
     rp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
 
@@ -135,18 +143,72 @@ def _tickets(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Whatever happens, it ends in at most one line on stderr: a
+    :class:`MoiraeError` says what was wrong; anything else (a bug, a lost database) is
+    written with its traceback to ``<data_dir>/logs/cli.log`` under an error id, and the
+    line names the id and the file. Never a traceback on the terminal."""
     args = build_parser().parse_args(argv)
     key = args.command if args.command != "archive" else f"archive {args.archive_command}"
-    from moirae import commands  # noqa: F401  (registers the command functions)
-    from moirae.commands.registry import COMMANDS
-
+    if argv is None:  # the real command line, not a test calling main(): own the process's logging
+        _route_logging(args)
     try:
+        from moirae import commands  # noqa: F401  (registers the command functions)
+        from moirae.commands.registry import COMMANDS
+
         return COMMANDS[key](args)
     except MoiraeError as exc:
-        print(f"moirae: error: {exc}", file=sys.stderr)
+        print(f"moirae: error: {_one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: logged, one line
+        error_id, path = _log_failure(args, key, exc)
+        print(f"moirae: error: {key} failed: {type(exc).__name__}: {_one_line(str(exc))} "
+              f"(error id {error_id}; details in {path})", file=sys.stderr)
+        return 1
+
+
+def _route_logging(args) -> None:
+    """Library and thread errors go to ``<data_dir>/logs/cli.log`` in full and to the
+    terminal as one line each (the terminal is the alert output of ``moirae run``)."""
+    from moirae.errorlog import log_dir, route_logging
+
+    try:
+        route_logging(log_dir(_data_dir(args)) / "cli.log")
+    except OSError:  # no writable log directory: keep Python's defaults
+        pass
+
+
+def _data_dir(args):
+    try:
+        from moirae import config
+
+        return config.load(getattr(args, "config", None)).data_dir
+    except Exception:  # noqa: BLE001 - the configuration may be what fails; the command will say so
+        return None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _log_failure(args, key: str, exc: BaseException) -> tuple[str, str]:
+    """Write ``exc`` to the CLI's log file; returns (error id, file). The log directory
+    comes from the configuration when it loads, else ``.moirae/logs``."""
+    from moirae.errorlog import file_logger, log_dir, record_failure
+
+    try:
+        path = log_dir(_data_dir(args)) / "cli.log"
+        return record_failure(file_logger("moirae.cli", path), f"moirae {key}", exc), str(path)
+    except OSError:  # not even a log file: keep the traceback somewhere findable
+        import tempfile
+        import traceback
+
+        fd, tmp = tempfile.mkstemp(prefix="moirae-error-", suffix=".log")
+        with open(fd, "w") as fh:
+            traceback.print_exception(exc, file=fh)
+        return "-", tmp
 
 
 def install_sigterm() -> None:

@@ -106,10 +106,12 @@ class ArchiveConfig:
     statement_timeout: timedelta = field(default=timedelta(seconds=30), metadata=_check(_positive))
     present_cache_rows: int = field(default=2_000_000, metadata=_check(_non_negative))
     maintenance_interval: timedelta = field(default=timedelta(seconds=10), metadata=_check(_positive))
+    chunk_target_rows: int = field(default=0, metadata=_check(_non_negative))
 
     def settings(self) -> ArchiveSettings:
         return ArchiveSettings(self.chunk_span, self.recent_chunks,
-                               int(self.statement_timeout.total_seconds() * 1000), self.present_cache_rows)
+                               int(self.statement_timeout.total_seconds() * 1000), self.present_cache_rows,
+                               self.chunk_target_rows or None)
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,33 @@ class SimilarityConfig:
     k: int = field(default=5, metadata=_check(_positive))
     bandwidth: str | float = "silverman"
     histogram_bins: int = field(default=64, metadata=_check(_positive))
+    novelty: str | float = "auto"
+    novelty_quantile: float = field(default=0.05, metadata=_check(_fraction))
+    index_cache_mb: int = field(default=256, metadata=_check(_positive))
 
     def __post_init__(self) -> None:
         b = self.bandwidth
         if not (b == "silverman" or (isinstance(b, int | float) and not isinstance(b, bool) and b > 0)):
             raise ValueError(f"must be 'silverman' or a positive number, got {b!r}")
+        n = self.novelty
+        if not (n == "auto" or (isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n <= 1)):
+            raise ValueError(f"novelty must be 'auto' or a number in [0, 1], got {n!r}")
+
+    def novelty_calibrator(self):
+        """A Similarity Recall's novelty rule (:mod:`similarity.novelty`) from these keys."""
+        from similarity.novelty import NoveltyCalibrator
+
+        fixed = None if self.novelty == "auto" else float(self.novelty)
+        return NoveltyCalibrator(quantile=self.novelty_quantile, fixed=fixed)
+
+    def numeric_spec(self):
+        """The :class:`similarity.NumericSpec` a Similarity Recall gives each numeric
+        attribute it declares by name (M 3.5): this bandwidth (None: Silverman's rule)
+        and ``histogram_bins`` bins per standard deviation of the histogram synopsis."""
+        from similarity import NumericSpec
+
+        return NumericSpec(bandwidth=None if self.bandwidth == "silverman" else float(self.bandwidth),
+                           bins_per_sigma=self.histogram_bins)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,11 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
+import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -22,8 +25,10 @@ import pandas as pd
 
 from archive.spark_sink import spark_schema, spec_from_spark_schema
 from moirae.context import compute_context, context_tuples
+from moirae.event_worker import EventWorker, unlogged_events
 from moirae.events import EventLog, EventRecord
 from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
+from moirae.incidents import IncidentConfig, IncidentStore
 from moirae.live import EventFlow
 from moirae.materialize import ReplicaOperator, raw_chunks, replica_event
 from moirae.persist import load_similarity, save_similarity
@@ -51,12 +56,15 @@ class DeployManager:
             engine.archiver, self.scheduler, max_concurrent=rc.max_concurrent,
             on_output=[self.results.append, self._on_output],
             timeout_ms=engine.settings.archive.settings().statement_timeout_ms)
+        self.incidents = IncidentStore(engine.db, publish=self.manager.bus.publish, events=self.events)
+        self.events.listeners.append(self.incidents.record)
         self.event_queries: dict[str, EventQuery] = {}
         self.flows: dict[str, EventFlow] = {}
         self.contexts: dict[str, list[ContextQuery]] = {}
         self.operators: dict[str, list[str]] = {}
         self.ops: dict[str, Any] = {}
         self.alert_latencies: list[float] = []
+        self.worker = EventWorker(self._process)
         self._lock = threading.Lock()
 
     # -- deployment ------------------------------------------------------------------
@@ -153,6 +161,16 @@ class DeployManager:
         q = self.event_queries[event]
         kwargs.setdefault("feedback_period", self.engine.settings.recall.feedback_period)
         kwargs.setdefault("tickets", self.engine.settings.recall.default_tickets)
+        if "resolutions" in inspect.signature(SimilarityRecall).parameters:
+            kwargs.setdefault("resolutions", self.incidents.resolutions)  # resolutions recorded by on-call (M 3.3)
+        numeric = kwargs.get("numeric", ())
+        if isinstance(numeric, str):
+            numeric = [numeric]
+        if not isinstance(numeric, Mapping):  # names: the configured bandwidth and bins (M 3.5)
+            kwargs["numeric"] = {n: self.engine.settings.similarity.numeric_spec() for n in numeric}
+        kwargs.setdefault("incidents", self._incident_rule(event, q.eid))
+        kwargs.setdefault("novelty", self.engine.settings.similarity.novelty_calibrator())
+        kwargs.setdefault("index_cache_bytes", self.engine.settings.similarity.index_cache_mb * 2**20)
         op = SimilarityRecall(name, event=event, store=self.engine.archiver, event_stream=self.flows[event].stream,
                               context_streams=[context_stream(event, c.name) for c in cqs if not c.surrounding],
                               surrounding_streams=[context_stream(event, c.name) for c in cqs if c.surrounding],
@@ -165,6 +183,21 @@ class DeployManager:
         self.ops[name] = op
         return op
 
+    def _incident_rule(self, event: str, eid_col: str):
+        """How past events of ``event`` group into incidents for Similarity Recall: the
+        incident store's rule when configured, else keyed by the event stream's text
+        attributes (what the store does for an unconfigured type), 5-minute windows."""
+        from archive.types import ColumnType
+        from similarity.incidents import IncidentRule
+
+        cfg = self.incidents.configs.get(event)
+        if cfg is not None:
+            return cfg.rule
+        spec = self.engine.archiver.stream(self.flows[event].stream)
+        keys = tuple(sorted(c for c, t in spec.columns.items() if t is ColumnType.TEXT and c != eid_col))
+        rule = IncidentRule(keys, timedelta(minutes=5))
+        return self.incidents.configs.setdefault(event, IncidentConfig(rule)).rule  # the store groups alike
+
     def _need_event(self, event: str, what: str) -> None:
         if event not in self.event_queries:
             raise QueryDefinitionError(f"{what} attached to unknown event-query {event!r} "
@@ -173,13 +206,32 @@ class DeployManager:
     # -- running ---------------------------------------------------------------------
 
     def start(self) -> None:
-        for name, flow in self.flows.items():
-            self._start_flow(flow)
-            self.materialize_recent(name)
         for record in self.events.open_events():  # resume recall of events left open
             names = self.operators.get(record.event, [])
             if names:
                 self.manager.submit(record.as_event(), names)
+        self.recover()
+        self.worker.start()
+        for name, flow in self.flows.items():
+            self._start_flow(flow)
+            self.materialize_recent(name)
+
+    def recover(self) -> int:
+        """Process live events archived but never recorded (a crash after Spark committed
+        their batch, before the worker was done); returns how many."""
+        n = 0
+        for flow in self.flows.values():
+            spec = self.engine.archiver.stream(flow.stream)
+            q = flow.query
+            lost = unlogged_events(self.engine.db, flow.stream, q.eid, [c for c, _ in spec.id_columns])
+            for batch_id, frame in lost.groupby("_batch", sort=True):
+                frame = frame.drop(columns=["_batch"]).reset_index(drop=True)
+                frame[q.ts] = pd.to_datetime(frame[q.ts], utc=True)
+                log.warning("moirae: recovering %d unrecorded events of %r from batch %d", len(frame), q.name,
+                            batch_id)
+                self._process(flow, frame, int(batch_id), False)
+                n += len(frame)
+        return n
 
     def _start_flow(self, flow: EventFlow) -> None:
         e = self.engine
@@ -189,6 +241,7 @@ class DeployManager:
     def stop(self) -> None:
         for flow in self.flows.values():
             flow.stop()
+        self.worker.stop()  # the events already handed over are processed (the sources still run)
 
     def save_state(self) -> None:
         """Persist what must survive a restart besides the archive (similarity statistics)."""
@@ -203,19 +256,32 @@ class DeployManager:
         self.save_state()
 
     def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
-        """New events from a live batch: contexts, the event log, recall submission."""
+        """New events from a live batch, archived: handed to the event worker."""
+        self.worker.submit(flow, frame, batch_id, replay)
+
+    def _process(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
+        """Contexts, the event log, recall submission, for one batch of new events."""
         q = flow.query
-        # Contexts and history-queries must see every source tuple up to the events.
+        # Contexts and history-queries must see every source tuple up to the events: wait
+        # for the event-query's inputs and for every input its context-queries read.
         trigger = self.engine.settings.spark.trigger.total_seconds()
-        self.engine.wait_archived(q.inputs, frame[q.ts].max().to_pydatetime(), timeout=5 * trigger + 2)
+        cqs = self.contexts.get(q.name, [])
+        streams = [*q.inputs, *(s for cq in cqs for s in cq.inputs)]
+        t0 = time.perf_counter()
+        self.engine.wait_archived(streams, frame[q.ts].max().to_pydatetime(), timeout=5 * trigger + 2,
+                                  why=f"events of {q.name!r}")
+        t1 = time.perf_counter()
+        flow.seconds["wait"] += t1 - t0
         contexts = {}
         ev_spec = self.engine.archiver.stream(flow.stream)
-        for cq in self.contexts.get(q.name, []):
+        for cq in cqs:
             cx, _schema = compute_context(self.engine.spark, self.engine.archiver, cq, frame, ev_spec, q.eid, q.ts)
             stream = context_stream(q.name, cq.name)
             if len(cx):
                 self.engine.archiver.append(stream, batch_id, cx)
             contexts[cq] = cx
+        t2 = time.perf_counter()
+        flow.seconds["contexts"] += t2 - t1
         records = []
         for row in frame.to_dict("records"):
             eid = str(row[q.eid])
@@ -237,8 +303,13 @@ class DeployManager:
                 self.manager.submit(rec.as_event(), names)
             else:
                 self.events.mark_ended(rec.eid)
+        flow.seconds["events"] += time.perf_counter() - t2
 
     def _on_output(self, out) -> None:
+        try:
+            self.incidents.on_output(out)  # a refined norm changes an incident's severity
+        except Exception as exc:
+            log.warning("incidents: output of %s for %s not applied: %s", out.operator, out.eid, exc)
         if out.kind is OutputKind.BOUNDARY:
             self.events.mark_ended(out.eid)
             return

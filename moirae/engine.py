@@ -11,6 +11,7 @@ no instrumented query reads, its own watermark is the horizon, U = 0).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -29,6 +30,7 @@ from moirae.spark import spark_session
 from moirae.store import database_dsn
 from scheduler.errors import MoiraeError
 
+log = logging.getLogger(__name__)
 
 class EngineError(MoiraeError, RuntimeError):
     """An engine operation that cannot be done in the engine's current state."""
@@ -62,6 +64,10 @@ class Engine:
         self.started = False
         self._archived_upto: dict[str, datetime] = {}
         self._archived_cond = threading.Condition()
+        self._waiting: dict[object, tuple[datetime, list[str]]] = {}
+        self._empty_batch: dict[str, bool] = {}
+        self._caught_up: dict[str, float] = {}  # stream -> start of its last empty archive batch
+        self.waits = {"count": 0, "timed_out": 0, "caught_up_idle": 0, "seconds": 0.0, "timeouts_by_stream": {}}
         self.deploy = DeployManager(self)
 
     @classmethod
@@ -107,9 +113,15 @@ class Engine:
 
     def _start_source(self, src: _Source) -> None:
         trigger = f"{int(self.settings.spark.trigger.total_seconds() * 1000)} milliseconds"
+        write = archive_batches(self.archiver, src.name, on_batch=lambda res, _df, n=src.name: self._archived(n, res))
+
+        def batch(df, batch_id: int, n: str = src.name) -> None:
+            started = time.monotonic()
+            write(df, batch_id)
+            self._batch_done(n, started)
+
         src.query = (src.df.writeStream.queryName(f"archive_{src.name}")
-                     .foreachBatch(archive_batches(self.archiver, src.name,
-                                                   on_batch=lambda res, _df, n=src.name: self._archived(n, res)))
+                     .foreachBatch(batch)
                      .option("checkpointLocation", str(self.checkpoint_dir(src.name)))
                      .trigger(processingTime=trigger).start())
 
@@ -148,24 +160,74 @@ class Engine:
         self.deploy.on_events(flow, frame, batch_id, replay)
 
     def _archived(self, name: str, result) -> None:
-        if result.max_ts is None:
-            return
         with self._archived_cond:
+            if result.rows == 0 and not result.duplicate:
+                self._empty_batch[name] = True
+            if result.max_ts is None:
+                return
             prev = self._archived_upto.get(name)
             if prev is None or result.max_ts > prev:
                 self._archived_upto[name] = result.max_ts
             self._archived_cond.notify_all()
 
-    def wait_archived(self, streams, ts: datetime, timeout: float) -> bool:
-        """Block until every source in ``streams`` has archived data up to ``ts`` (so a
-        history-query for an event at ``ts`` sees all of it), or ``timeout`` passes."""
-        live = [s for s in streams if s in self._sources and self._sources[s].query is not None]
-
-        def ready() -> bool:
-            return all(self._archived_upto.get(s) is not None and self._archived_upto[s] >= ts for s in live)
-
+    def _batch_done(self, name: str, started: float) -> None:
+        """A source's archive batch that began at ``started`` (monotonic) committed; an
+        empty one means the source had nothing more to give at that instant (caught up)."""
         with self._archived_cond:
-            return self._archived_cond.wait_for(ready, timeout)
+            if self._empty_batch.pop(name, False):
+                self._caught_up[name] = started
+            self._archived_cond.notify_all()
+
+    def wait_archived(self, streams, ts: datetime, timeout: float, why: str = "") -> bool:
+        """Block until every source in ``streams`` has archived data up to ``ts`` (so a
+        context- or history-query for an event at ``ts`` sees all of it), or ``timeout``
+        passes. A source whose archive query committed an *empty* batch begun after the
+        wait began is caught up (a sparse stream: nothing newer exists yet) and counted
+        as such. A wait that times out is logged and counted per lagging stream
+        (:meth:`live_status`); the caller goes on with what is archived."""
+        live = [s for s in dict.fromkeys(streams) if s in self._sources and self._sources[s].query is not None]
+        t0 = time.monotonic()
+
+        def lagging() -> list[str]:
+            return [s for s in live if (self._archived_upto.get(s) is None or self._archived_upto[s] < ts)
+                    and self._caught_up.get(s, -1.0) < t0]
+
+        token = object()
+        with self._archived_cond:
+            self._waiting[token] = (ts, lagging())
+            try:
+                ok = self._archived_cond.wait_for(lambda: not lagging(), timeout)
+            finally:
+                del self._waiting[token]
+            late = [] if ok else lagging()
+            idle = [s for s in live if s not in late and (self._archived_upto.get(s) is None
+                                                           or self._archived_upto[s] < ts)]
+            self.waits["caught_up_idle"] += len(idle)
+            self.waits["count"] += 1
+            self.waits["seconds"] += time.monotonic() - t0
+            if late:
+                self.waits["timed_out"] += 1
+                for s in late:
+                    self.waits["timeouts_by_stream"][s] = self.waits["timeouts_by_stream"].get(s, 0) + 1
+        if late:
+            log.warning("moirae: waited %.1f s for %s to be archived up to %s%s; going on without their "
+                        "latest rows (archived up to %s)", timeout, late, ts.isoformat(), f" ({why})" if why else "",
+                        {s: str(self._archived_upto.get(s)) for s in late})
+        return ok
+
+    def live_status(self) -> dict[str, Any]:
+        """The live path's own health: archive waits (count, time, timeouts per stream) and
+        how far each source is archived."""
+        with self._archived_cond:
+            waits = {**self.waits, "seconds": round(self.waits["seconds"], 3),
+                     "timeouts_by_stream": dict(self.waits["timeouts_by_stream"])}
+            upto = {s: t.isoformat() for s, t in self._archived_upto.items()}
+            waits["now"] = [{"until": ts.isoformat(), "streams": streams} for ts, streams in self._waiting.values()]
+        flows = {n: {"events": f.events_seen, "seconds": f.timings()} for n, f in self.deploy.flows.items()}
+        w = self.deploy.worker
+        worker = {"running": w.running, "pending_batches": w.pending(), "batches": w.batches, "errors": w.errors,
+                  "last_error": w.last_error}
+        return {"archive_waits": waits, "archived_upto": upto, "event_queries": flows, "event_worker": worker}
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -254,7 +316,7 @@ class Engine:
                 print(f"moirae: maintenance failed: {exc}")
 
     def status(self) -> dict[str, Any]:
-        return self.archiver.status()
+        return {**self.archiver.status(), "live": self.live_status()}
 
     def __enter__(self) -> Engine:
         return self

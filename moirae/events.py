@@ -8,12 +8,17 @@ memory for the API and the console.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from archive.validate import storable_json
+
+log = logging.getLogger(__name__)
 
 DDL = """
 CREATE TABLE IF NOT EXISTS moirae_events (
@@ -52,7 +57,8 @@ class EventRecord:
 
 
 def _plain(obj):
-    return json.loads(json.dumps(obj, default=str))
+    """JSON-able, with text jsonb cannot hold (a NUL) spelled as escapes."""
+    return storable_json(json.loads(json.dumps(obj, default=str)))
 
 
 class EventLog:
@@ -61,6 +67,8 @@ class EventLog:
         self.keep = keep
         self._recent: OrderedDict[str, EventRecord] = OrderedDict()
         self._lock = threading.Lock()
+        #: called with the newly recorded events of each ``add`` (e.g. the incident store)
+        self.listeners: list = []
         with db.connection() as conn, conn.cursor() as cur:
             cur.execute(DDL)
 
@@ -82,6 +90,11 @@ class EventLog:
                 self._recent[r.eid] = r
             while len(self._recent) > self.keep:
                 self._recent.popitem(last=False)
+        for listener in self.listeners if new else ():
+            try:
+                listener(new)
+            except Exception as exc:  # a listener never loses an event: the log is the record
+                log.warning("event log: listener %r failed on %d event(s): %s", listener, len(new), exc)
         return new
 
     def get(self, eid: str) -> EventRecord | None:

@@ -39,6 +39,7 @@ from recall.outputs import jsonable
 #: Row fields that may name the past event of a Similarity Recall output, in order.
 PAST_EID_FIELDS = ("past_eid", "similar_eid", "past_id", "eid")
 SCORE_FIELDS = ("score", "similarity", "cosine")
+STATUS_KEY = "__status__"
 
 
 # -- steering availability -----------------------------------------------------------
@@ -82,12 +83,20 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
         "context": jsonable(record.context),
         "surrounding": jsonable(record.surrounding),
         "similar": similar_events(engine, results),
+        "similar_status": similarity_status(results),
+        "novel": (similarity_status(results) or {}).get("novel"),  # None until the search ends (issue 10 §4)
+        "incident": _incident_of(engine, eid),
         "results": results,
         "progress": progress(engine, eid),
         "boundary": None if boundary is None else {"seq": boundary.seq, **jsonable(dict(boundary.row))},
         "provenance": provenance(engine, record),
         "engine_running": running(engine),
     }
+
+
+def _incident_of(engine, eid: str) -> str | None:
+    store = getattr(engine.deploy, "incidents", None)
+    return None if store is None else store.incident_of([eid]).get(eid)
 
 
 # -- recall outputs: revisions into current results ---------------------------------
@@ -166,11 +175,42 @@ def similar_events(engine, results: dict[str, dict[str, Any]]) -> list[dict[str,
                 "ts": row.get("past_ts", row.get("ts")) or (_iso(past.ts) if past else None),
                 "context": row["context"] if "context" in row else (jsonable(past.context) if past else None),
                 "resolution": jsonable(resolution),
+                "incident": str(row.get("incident") or past_eid), "windows": row.get("windows"),
                 "event": None if past is None else event_summary(past),
+                "extra": {k: jsonable(v) for k, v in row.items() if k not in _SHOWN},
             })
+    _recorded_resolutions(engine, out)
     out.sort(key=lambda s: -s["score"] if isinstance(s["score"], int | float) and math.isfinite(s["score"])
              else math.inf)
     return out
+
+
+_SHOWN = {*PAST_EID_FIELDS, *SCORE_FIELDS, "past_ts", "ts", "context", "resolution", "surrounding"}
+
+
+def _recorded_resolutions(engine, similar: list[dict[str, Any]]) -> None:
+    """A resolution recorded by on-call for a past incident (``POST .../resolve``) is
+    that incident's resolution (M 3.3): it replaces what the archive says."""
+    store = getattr(engine.deploy, "incidents", None)
+    if store is None or not similar:
+        return
+    ids = {s["eid"] for s in similar} | {str(s["extra"]["incident"]) for s in similar if s["extra"].get("incident")}
+    notes = store.resolutions(ids)
+    for s in similar:
+        note = notes.get(str(s["extra"].get("incident") or "")) or notes.get(s["eid"])
+        if note:
+            s["resolution"], s["resolution_recorded"] = note, True
+
+
+def similarity_status(results: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The status row of the Similarity Recall (how its search ended, whether the
+    event is novel), when it has emitted one."""
+    for res in results.values():
+        if res["similarity"]:
+            for item in res["current"]:
+                if item["key"] == STATUS_KEY:
+                    return {**item["row"], "covered": res["covered"]}
+    return None
 
 
 # -- progress and the scheduler -------------------------------------------------------

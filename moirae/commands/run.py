@@ -3,8 +3,9 @@
 It starts the engine on the configured scenario (by default ``cluster``: the Moirae
 paper's server cluster, its history loaded into the archive once and its overload
 history materialized; ``host``: this machine), deploys the paper's example queries
-(M fig. 1-4), serves the HTTP API and console, prints each alert as it fires with its
-first similar past events and whether it is within the server's norm, and ends with a
+(M fig. 1-4), serves the HTTP API and console, shows one block per incident with the
+current top-k similar past incidents and the norm's latest estimate, refreshed as
+revisions arrive (:mod:`moirae.alert_board`), and ends with the final blocks and a
 summary.
 """
 
@@ -12,60 +13,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 
+from moirae.alert_board import BoardPrinter
 from moirae.cli import install_sigterm
 from moirae.commands.registry import command
 from moirae.status_view import render_status
-from recall.api import OutputKind
-
-
-class AlertPrinter:
-    """Prints alerts and their first history from the engine's bus (a console in text)."""
-
-    def __init__(self, engine) -> None:
-        self.sub = engine.deploy.manager.bus.subscribe()
-        self.shown_similar: set[str] = set()
-        self.alerts = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="moirae-alert-printer", daemon=True)
-
-    def start(self) -> AlertPrinter:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        self.sub.close()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            item = self.sub.get(timeout=0.5)
-            if item is not None:
-                self.show(item)
-
-    def show(self, item) -> None:
-        if isinstance(item, dict) and item.get("type") == "event":
-            self.alerts += 1
-            attrs = ", ".join(f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}" for k, v in item["attrs"].items())
-            ctx = ", ".join(sorted({f"{k}={v}" for t in item["context"] for k, v in t.items()}))
-            print(f"ALERT {item['eid']}  {attrs}\n      context: {ctx or '(none)'}", flush=True)
-            return
-        if isinstance(item, dict):
-            return
-        if item.operator == "similar" and item.kind is OutputKind.INSERT and item.key != "__status__":
-            first = item.eid not in self.shown_similar
-            self.shown_similar.add(item.eid)
-            res = "; ".join(f"{t.get('resolution', '')}" for rows in item.row.get("surrounding", {}).values()
-                            for t in rows if t.get("resolution"))
-            print(f"  {'similar' if first else '       '} {item.row['past_eid']} (score {item.row['score']:.2f})"
-                  f"{'  resolved: ' + res if res else ''}", flush=True)
-        elif item.operator == "norm" and item.kind is OutputKind.INSERT:
-            r = item.row
-            if r.get("mean_bw") is not None and r.get("sd_bw") is not None:
-                print(f"  norm    {item.eid}: mean {r['mean_bw']:.0f} sd {r['sd_bw']:.0f} Mbit/s (first estimate) over "
-                      f"{item.covered.start:%Y-%m-%d %H:%M} .. {item.covered.end:%Y-%m-%d %H:%M}", flush=True)
 
 
 def summary(engine, alerts: int) -> dict:
@@ -82,6 +34,7 @@ def summary(engine, alerts: int) -> dict:
         "median_alert_to_first_history_s": round(statistics.median(lat), 3) if lat else None,
         "archive": {name: s["chunks"] for name, s in status["streams"].items()},
         "archive_totals": status["totals"],
+        "archive_waits": status["live"]["archive_waits"],
     }
 
 
@@ -101,7 +54,7 @@ def run(args) -> int:
               f"data dir {engine.data_dir}", flush=True)
         info = deploy(engine.settings.scenario, engine)
         print(f"moirae: deployed {json.dumps(info, default=str)}", flush=True)
-        printer = AlertPrinter(engine).start()
+        printer = BoardPrinter(engine).start()
         engine.start()
         try:
             server = serve(engine)
@@ -115,6 +68,7 @@ def run(args) -> int:
         except KeyboardInterrupt:
             print("moirae: stopping", flush=True)
         engine.stop()
+        printer.stop()  # the final list of similar incidents, per incident
         result = summary(engine, printer.alerts)
         if args.json:
             print(json.dumps(result, default=str))
@@ -123,7 +77,7 @@ def run(args) -> int:
             print(f"alerts: {result['alerts']}; recall tasks: {result['recall_tasks']}; median alert to first "
                   f"history: {result['median_alert_to_first_history_s']} s")
     finally:
-        if printer is not None:
+        if printer is not None and not printer.stopped:
             printer.stop()
         if server is not None:
             server.stop()

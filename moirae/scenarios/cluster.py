@@ -53,15 +53,17 @@ def load_history(engine, scenario: ClusterScenario, progress: bool = True) -> in
 
 
 def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str | Path | None = None,
-           materialize: bool = True) -> dict:
+           materialize: bool = True, live_options: dict[str, str] | None = None) -> dict:
+    """Deploy the scenario. ``live_options``: extra ``moirae_cluster`` source options for
+    every live stream (e.g. ``{"until": ...}`` for a bounded, reproducible run)."""
     path = Path(scenario_file or DEFAULT_FILE).resolve()
     cfg = load_cluster_config(path)
     scenario = ClusterScenario(cfg)
     spark = engine.spark
     register_cluster_source(spark)
     for stream in STREAMS:
-        df = (spark.readStream.format(FORMAT).option("config", str(path)).option("stream", stream).load()
-              .drop("ingest_ts"))
+        df = (spark.readStream.format(FORMAT).option("config", str(path)).option("stream", stream)
+              .options(**(live_options or {})).load().drop("ingest_ts"))
         engine.source(stream, df, ts="ts", lateness="1 minute", indexes=INDEXES[stream])
     loaded = load_history(engine, scenario, progress) if live or materialize else 0
     deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)

@@ -63,10 +63,13 @@ def deploy_queries(engine, threshold: float, incidents: bool = True) -> None:
     (and incidents) sources."""
     engine.event_query("overload", overload_query(threshold), inputs=["metrics"])
     engine.recall("overload", NORM_SQL, name="norm", period=timedelta(days=7), time_column="h.ts")
+    # consecutive windows of one server's overload are one incident (M 3.3), charted on metrics.bw
+    engine.deploy.incidents.configure("overload", keys="sid", window=timedelta(minutes=5), metric="avg_bw",
+                                      threshold=threshold, series=("metrics", "bw"), norm="norm")
     engine.context_query("overload", users_context, inputs=["users"], name="users", window="2m")
     engine.context_query("overload", procs_context, inputs=["procs"], name="procs", window="2m")
     if incidents:
         engine.context_query("overload", resolution_surrounding, inputs=["incidents"], name="resolution",
                              window="15m", after="15m", surrounding=True)
-    # Earlier windows of the same ongoing overload are not "past incidents": skip the last hour.
-    engine.similarity_recall("overload", k=5, name="similar", exclude_recent=timedelta(hours=1))
+    # Results are past incidents; the ongoing overload's own earlier windows are its incident, never a result.
+    engine.similarity_recall("overload", k=5, name="similar")

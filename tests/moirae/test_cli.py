@@ -65,3 +65,35 @@ def test_bad_config_is_one_line_naming_key(tmp_path):
     res = run_cli("archive", "status", "--config", str(f))
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[-1].startswith("moirae: error: unknown configuration key 'archive.chunk_spam'")
+
+
+def _foreign_database_config(tmp_path, pg) -> Path:
+    """A real failure no command anticipates: the configured schema holds a table of
+    the archive's name that is something else (a foreign or damaged database)."""
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {pg.schema}")
+        cur.execute(f"CREATE TABLE {pg.schema}.moirae_chunks (something_else int)")
+    f = tmp_path / "c.yaml"
+    f.write_text(f"data_dir: {tmp_path / 'data'}\npostgres:\n  dsn: \"{pg.dsn}\"\n  schema: {pg.schema}\n")
+    return f
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("args", [("archive", "status"), ("replay", "TINY", "--ts-col", "ts")], ids=" ".join)
+def test_an_unexpected_failure_is_one_line_naming_the_log_not_a_traceback(tmp_path, pg, args):
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("MOIRAE_PG_DSN", "MOIRAE_LOG_DIR")}
+    tiny = tmp_path / "tiny.csv"
+    tiny.write_text("ts,v\n2024-01-01T00:00:00Z,1\n")
+    args = [str(tiny) if a == "TINY" else a for a in args]
+    res = run_cli(*args, "--config", str(_foreign_database_config(tmp_path, pg)), env=env)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout, res.stderr
+    assert len(lines) == 1, res.stderr
+    line = lines[0]
+    assert line.startswith("moirae: error: ") and "error id " in line, line
+    log = Path(line.rsplit("details in ", 1)[1].rstrip(")"))
+    assert log == tmp_path / "data" / "logs" / "cli.log"
+    error_id = line.split("error id ", 1)[1].split(";", 1)[0]
+    text = log.read_text()
+    assert f"error id {error_id}" in text and "Traceback" in text
