@@ -253,6 +253,7 @@ class DeployManager:
         self.stop()
         self.manager.close()
         self.results.close()
+        self.events.close()
         self.save_state()
 
     def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:

@@ -149,8 +149,19 @@ class Engine:
         return self.deploy.similarity_recall(event_name, k, name, **kwargs)
 
     def cancel(self, eid: str):
-        """Cancel every recall task of an event (M 4.4) and its running SQL."""
-        return self.deploy.manager.cancel(eid)
+        """Cancel every recall task of an event (M 4.4) and its running SQL; returns how
+        many tasks were cancelled. Once it returns, the event's end is committed: a
+        restart does not resume its recall."""
+        with self.deploy.events.deferred():
+            return self.deploy.manager.cancel(eid)
+
+    def cancel_many(self, eids) -> dict[str, int]:
+        """Cancel the recall of several events at once (a cancel storm, M 4.4): their
+        tasks leave the scheduler in one pass, every running query of theirs is cancelled,
+        and their ends are committed in one statement. Returns the number of cancelled
+        tasks per event that had any open."""
+        with self.deploy.events.deferred():
+            return self.deploy.manager.cancel_many(list(eids))
 
     def accelerate(self, eid: str, tickets: int = 100):
         """Give every recall task of an event more tickets (M 4.4)."""

@@ -3,6 +3,14 @@
 ``moirae_events`` is the durable record (one row per eid, inserted once, so a replayed
 micro-batch never submits an event's recall twice); recent events are also kept in
 memory for the API and the console.
+
+An event's end (``recall_ended``, so a restart does not resume its recall) is written by
+group commit on one kept connection: whoever finds no write under way commits every end
+queued so far in one ``UPDATE ... WHERE eid = ANY(...)``, the others wait for that
+commit. Inside :meth:`EventLog.deferred` a thread only queues its ends and commits them
+all once on leaving, which is how cancelling a thousand events costs one commit, not a
+thousand (issue 12 §6, the cancel storm). Either way :meth:`mark_ended` returns only once
+the end is committed.
 """
 
 from __future__ import annotations
@@ -12,6 +20,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -71,6 +81,8 @@ class EventLog:
         self.listeners: list = []
         with db.connection() as conn, conn.cursor() as cur:
             cur.execute(DDL)
+        self._ended = _EndedWriter(db)
+        self._local = threading.local()
 
     def add(self, records: list[EventRecord]) -> list[EventRecord]:
         """Record events; return those not recorded before (the ones to submit)."""
@@ -120,8 +132,35 @@ class EventLog:
         return [EventRecord(*r[:4], context=r[4], surrounding=r[5]) for r in rows]
 
     def mark_ended(self, eid: str) -> None:
-        with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("UPDATE moirae_events SET recall_ended = true WHERE eid = %s", (eid,))
+        """Record that ``eid``'s recall ended (a restart does not resume it)."""
+        self.mark_ended_many((eid,))
+
+    def mark_ended_many(self, eids: Iterable[str]) -> None:
+        """Record the end of several events' recall in one commit; returns once it is
+        committed, or at once (queued) inside this thread's :meth:`deferred` block."""
+        ticket = self._ended.queue(eids)
+        if ticket is None:
+            return
+        if getattr(self._local, "defer", 0):
+            return
+        self._ended.flush(ticket)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within the block this thread's :meth:`mark_ended` calls only queue; leaving
+        it commits everything queued so far at once (also when the block raised)."""
+        depth = getattr(self._local, "defer", 0)
+        self._local.defer = depth + 1
+        try:
+            yield
+        finally:
+            self._local.defer = depth
+            if depth == 0:
+                self._ended.flush()
+
+    def close(self) -> None:
+        """Commit the queued ends and close the kept connection (idempotent)."""
+        self._ended.close()
 
     def open_events(self) -> list[EventRecord]:
         """Events whose recall had not ended (to resume after a restart)."""
@@ -138,3 +177,77 @@ class EventLog:
                 return None
             r.first_history_mono = time.monotonic()
             return r.first_history_mono - r.detected_mono
+
+
+class _EndedWriter:
+    """Group commit of ``recall_ended`` on one kept connection (see the module docstring)."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+        self._cond = threading.Condition()
+        self._pending: dict[str, None] = {}
+        self._queued = 0  # tickets handed out
+        self._committed = 0  # every ticket up to this one is committed
+        self._writing = False
+        self._conn = None
+
+    def queue(self, eids: Iterable[str]) -> int | None:
+        batch = [str(e) for e in eids]
+        if not batch:
+            return None
+        with self._cond:
+            self._pending.update(dict.fromkeys(batch))
+            self._queued += 1
+            return self._queued
+
+    def flush(self, ticket: int | None = None) -> None:
+        """Return once ``ticket`` (default: every end queued so far) is committed."""
+        with self._cond:
+            target = self._queued if ticket is None else ticket
+            while self._committed < target:
+                if self._writing:
+                    self._cond.wait()
+                    continue
+                self._writing = True
+                batch, self._pending = list(self._pending), {}
+                upto = self._queued
+                ok = False
+                self._cond.release()
+                try:
+                    if batch:
+                        self.db.retry(lambda b=batch: self._write(b), "event log: recall ended",
+                                      on_lost=self._drop_conn)
+                    ok = True
+                finally:
+                    self._cond.acquire()
+                    self._writing = False
+                    if ok:
+                        self._committed = max(self._committed, upto)
+                    else:  # queued again: the next flush (this caller's or a waiter's) retries
+                        self._pending = {**dict.fromkeys(batch), **self._pending}
+                    self._cond.notify_all()
+
+    def _write(self, eids: list[str]) -> None:
+        if self._conn is None or self._conn.closed:
+            self._conn = self.db.connect()
+            self._conn.autocommit = True
+        with self._conn.cursor() as cur:
+            cur.execute("UPDATE moirae_events SET recall_ended = true WHERE eid = ANY(%s) AND NOT recall_ended",
+                        (eids,))
+
+    def _drop_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            with self._cond:
+                while self._writing:
+                    self._cond.wait()
+                self._drop_conn()

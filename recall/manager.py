@@ -56,7 +56,7 @@ from recall.manager_worker import Worker, WorkerLoop
 from recall.outputs import Bus
 from recall.task import RecallTask, TaskDescription, TaskIds, TaskStatus, TaskView, plan_chunks
 from scheduler.clock import Clock, MonotonicClock
-from scheduler.errors import MoiraeError, UnknownEvent
+from scheduler.errors import MoiraeError
 from scheduler.model import Priority
 from scheduler.scheduler import StrideScheduler
 
@@ -383,11 +383,7 @@ class RecallManager(WorkerLoop, Steering):
             self._closing = True  # no new submissions; workers stop after their quantum
             events = [e for e, ev in self._events.items() if not ev.closed]
             self._cond.notify_all()
-        for eid in events:
-            try:
-                self.cancel(eid, wait=timeout)
-            except UnknownEvent:  # ended meanwhile
-                pass
+        self.cancel_many(events, wait=timeout)
         for w in self._workers:
             if w.thread is not None:
                 w.thread.join(timeout)

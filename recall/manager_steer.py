@@ -6,6 +6,10 @@
   and re-sent every 50 ms until the worker comes back, since a cancel that reaches the
   server before the query does is ignored by PostgreSQL. The worker then ends the task
   and keeps its connection for the next task.
+- ``cancel_many(eids)``: the same for many events at once: one pass under the lock
+  takes all their tasks from the scheduler and cancels every running query, then the
+  idle tasks end and the caller waits once for all the running ones (a cancel storm
+  costs one wait, not one per event).
 - ``expire_feedback()``: the same for events whose feedback deadline has passed, by the
   injected clock (``now >= deadline`` discards).
 - ``accelerate(eid, n)`` adds tickets (and counts as feedback); ``feedback(eid)``
@@ -35,20 +39,37 @@ class Steering:
         cancelled in PostgreSQL, its boundary published. Waits (up to ``wait`` seconds,
         default ``cancel_wait``) until every one has ended; returns how many tasks were
         cancelled. Raises UnknownEvent if the event has no open task."""
-        deadline = self._wait_deadline(wait)
         with self._cond:
             ev = self._events.get(eid)
             if ev is None or ev.closed:
                 raise UnknownEvent(f"no open recall task for event {eid!r}")
-            try:
-                ids = self.scheduler.cancel(eid)
-            except UnknownEvent:
-                ids = ()
-            idle, running = self._stop_tasks(ids, EndReason.CANCELLED)
+        return self.cancel_many([eid], wait).get(eid, 0)
+
+    def cancel_many(self, eids: Iterable[str], wait: float | None = None) -> dict[str, int]:
+        """Cancel every task of each event in ``eids`` (as :meth:`cancel`, all at once);
+        returns, per event that had open tasks, how many were cancelled. Events with no
+        open task are left out (not an error: a storm may race their ends)."""
+        deadline = self._wait_deadline(wait)
+        counts: dict[str, int] = {}
+        idle: list[RecallTask] = []
+        running: list[RecallTask] = []
+        with self._cond:
+            for eid in dict.fromkeys(eids):
+                ev = self._events.get(eid)
+                if ev is None or ev.closed:
+                    continue
+                try:
+                    ids = self.scheduler.cancel(eid)
+                except UnknownEvent:
+                    ids = ()
+                i, r = self._stop_tasks(ids, EndReason.CANCELLED)
+                idle.extend(i)
+                running.extend(r)
+                counts[eid] = len(ids)
         for task in idle:
             self._end(task, EndReason.CANCELLED)
         self._await_running(running, deadline)
-        return len(ids)
+        return counts
 
     def expire_feedback(self, now: float | None = None) -> list[str]:
         """Discard the tasks of every event whose feedback deadline has passed
