@@ -6,15 +6,22 @@ turns the latest run of each fault into the BENCHMARKS.md section and its target
 ``--run`` runs the suite first (``pytest -m faults``). A fault with no recorded run is
 listed as not run (target unresolved), never filled in.
 
-    python -m bench.faults [--run]
+``--before REF`` measures a change in one run: the cancel storm test of git ``REF``
+(exported with ``git archive``, run against the same servers) and then this tree's,
+back to back; REF's ``storm_s`` is kept beside this tree's figures as ``before``.
+
+    python -m bench.faults [--run] [--before REF]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from bench.report import RESULTS, ROOT, exit_code, publish, target
 
@@ -63,8 +70,14 @@ def targets(data: dict) -> list[dict]:
     else:
         missing("SQL injection", "0 effects")
     if (c := r.get("cancel_storm")) is not None:
+        one_by_one = (f"; one by one through Engine.cancel: {c['one_by_one_s']} s (one durable commit each)"
+                      if "one_by_one_s" in c else "")
+        if (b := c.get("before")) is not None:
+            one_by_one += f"; before ({b['ref']}, same run, load {b['load_avg_1m']}): {b['storm_s']} s"
         out.append(target(f"cancel storm: {c['events']} events with open tasks", "all cancelled within 1 s",
-                          f"{c['storm_s']} s", c["storm_s"] <= 1.0,
+                          f"{c['storm_s']} s through {c.get('path', 'Engine.cancel')}{one_by_one}; "
+                          f"{c.get('resumable_after_restart', '?')} would resume after a restart",
+                          c["storm_s"] <= 1.0 and c.get("resumable_after_restart", 0) == 0,
                           "each cancel commits the event's end in the event log (one connection and commit per event)"
                           if c["storm_s"] > 1.0 else ""))
         leaks = c["leaked_threads"] + c["leaked_threads_after_close"] + c["backends_after_close_minus_before"] \
@@ -106,13 +119,50 @@ def markdown(data: dict, ts: list[dict]) -> str:
     return "\n".join(lines)
 
 
+STORM_TEST = "tests/faults/test_cancel_storm.py"
+
+
+def _storm(tree: Path) -> dict:
+    """Run the cancel storm test of the source tree ``tree``; its recorded figures."""
+    env = {**os.environ, "PYTHONPATH": str(tree),
+           "MOIRAE_TEST_DATA_DIR": os.environ.get("MOIRAE_TEST_DATA_DIR", str(ROOT / ".moirae-test"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", STORM_TEST],
+                          cwd=tree, env=env, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench.faults: the cancel storm test of {tree} failed (exit {proc.returncode})")
+    return json.loads((tree / "bench" / "results" / "faults_runs.json").read_text())["cancel_storm"]
+
+
+def before_after(ref: str) -> dict:
+    """The cancel storm of git ``ref`` and of this tree, measured back to back; this
+    tree's figures (recorded by its test) get ``before`` = ``ref``'s."""
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="moirae-before-") as tmp:
+        archive = subprocess.run(["git", "archive", sha], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        old = _storm(Path(tmp))
+    new = _storm(ROOT)
+    runs = json.loads(RUNS.read_text())
+    runs["cancel_storm"]["before"] = {"ref": sha, "storm_s": old["storm_s"], "at": old["at"],
+                                      "load_avg_1m": old["load_avg_1m"]}
+    RUNS.write_text(json.dumps(runs, indent=2, sort_keys=True, default=str) + "\n")
+    print(f"cancel storm: {sha} {old['storm_s']} s (load {old['load_avg_1m']}) -> this tree {new['storm_s']} s "
+          f"(load {new['load_avg_1m']})")
+    return runs["cancel_storm"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.splitlines()[0])
     ap.add_argument("--run", action="store_true", help="run the fault suite first (pytest -m faults)")
     ap.add_argument("--quick", action="store_true", help="accepted for `python -m bench --quick`; same as without")
+    ap.add_argument("--before", metavar="REF", help="also run REF's cancel storm test, back to back with this "
+                                                    "tree's, and record its figure as before")
     args = ap.parse_args(argv)
     if args.run:
         subprocess.run([sys.executable, "-m", "pytest", "-m", "faults", "-q", "tests/faults"], cwd=ROOT, check=False)
+    if args.before:
+        before_after(args.before)
     runs = json.loads(RUNS.read_text()) if RUNS.exists() else {}
     data = {"runs": {k: runs[k] for k in FAULTS if k in runs}}
     ts = targets(data)
