@@ -171,6 +171,7 @@ class DeployManager:
         kwargs.setdefault("incidents", self._incident_rule(event, q.eid))
         kwargs.setdefault("novelty", self.engine.settings.similarity.novelty_calibrator())
         kwargs.setdefault("index_cache_bytes", self.engine.settings.similarity.index_cache_mb * 2**20)
+        kwargs.setdefault("idf", self.engine.settings.similarity.idf)
         op = SimilarityRecall(name, event=event, store=self.engine.archiver, event_stream=self.flows[event].stream,
                               context_streams=[context_stream(event, c.name) for c in cqs if not c.surrounding],
                               surrounding_streams=[context_stream(event, c.name) for c in cqs if c.surrounding],

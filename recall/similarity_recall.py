@@ -21,6 +21,7 @@ Statistics (E, C_k) are learned once per event, live or materialized
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,13 +38,14 @@ from recall.similarity_incidents import IncidentTop, PastIncident, ResolutionLoo
 from recall.similarity_source import DEFAULT_CACHE_BYTES, ChunkSource
 from scheduler.errors import MoiraeError
 from similarity import ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
-from similarity.errors import NonNumericValue
+from similarity.errors import NonNumericValue, SnapshotError
 from similarity.explain import explain
 from similarity.incidents import IncidentRule
 from similarity.index import ChunkIndex
 from similarity.index import build as build_index
 from similarity.novelty import NoveltyCalibrator
 
+log = logging.getLogger(__name__)
 STATUS_KEY = "__status__"
 
 
@@ -192,8 +194,17 @@ class SimilarityRecall:
                     "novelty": self.novelty.snapshot()}
 
     def restore(self, snap: Mapping[str, Any]) -> None:
+        """Continue E, C_k and the novelty calibration from a saved snapshot, under this
+        operator's configuration (a changed ``idf`` applies at once). Statistics learned
+        under another context declaration are dropped with a warning and relearned from
+        the events to come: mixing them would score with synopses of other attributes."""
+        try:
+            stats = ContextStatistics.restore(snap["stats"], config=self.config)
+        except SnapshotError as exc:
+            log.warning("similarity recall %r: not restoring its statistics: %s", self.name, exc)
+            return
         with self._lock:
-            self.stats = ContextStatistics.restore(snap["stats"])
+            self.stats = stats
             self._learned = set(snap.get("learned", ()))
         self.novelty.restore(snap.get("novelty") or {})
         self.source.invalidate_all()  # term ids are checked against the persisted vocabulary again

@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -189,8 +190,14 @@ class ContextStatistics:
         }
 
     @classmethod
-    def restore(cls, snapshot: Mapping[str, Any]) -> ContextStatistics:
-        """Rebuild from :meth:`snapshot`; ``SnapshotError`` names a wrong kind or version."""
+    def restore(cls, snapshot: Mapping[str, Any], config: SimilarityConfig | None = None) -> ContextStatistics:
+        """Rebuild from :meth:`snapshot`; ``SnapshotError`` names a wrong kind or version.
+
+        With ``config``, the statistics continue under that configuration: the counts E
+        and C_k do not depend on the IDF flavour (applied when :meth:`table` freezes
+        them), so a changed ``idf`` is taken as it is now configured; any other change
+        (numeric declarations, ignored attributes, log base) makes the learned synopses
+        meaningless and is a ``SnapshotError`` that names both declarations."""
         kind = snapshot.get("kind")
         version = snapshot.get("version")
         if kind != SNAPSHOT_KIND:
@@ -200,7 +207,11 @@ class ContextStatistics:
                 f"similarity statistics snapshot version {version!r} is not supported "
                 f"(this code reads version {SNAPSHOT_VERSION})"
             )
-        config = SimilarityConfig.from_dict(snapshot["config"])
+        saved = SimilarityConfig.from_dict(snapshot["config"])
+        if config is not None and replace(saved, idf=config.idf) != config:
+            raise SnapshotError(f"similarity statistics were learned under {saved.to_dict()}, "
+                                f"not the configured {config.to_dict()}")
+        config = config or saved
         stats = cls(config, event_type=str(snapshot.get("event_type", "")))
         stats.events = int(snapshot["events"])
         terms, df = list(snapshot["terms"]), list(snapshot["doc_freq"])

@@ -102,6 +102,7 @@ EFFECTS: dict[str, Effect] = {
                                         "similarity_recall"),
     "similarity.novelty": Effect("tests/moirae/test_config_effects.py::test_similarity_settings_reach_similarity_"
                                  "recall"),
+    "similarity.idf": Effect("tests/moirae/test_config_effects.py::test_similarity_settings_reach_similarity_recall"),
     "similarity.index_cache_mb": Effect("tests/moirae/test_config_effects.py::test_similarity_settings_reach_"
                                         "similarity_recall"),
     "similarity.novelty_quantile": Effect("tests/moirae/test_config_effects.py::test_similarity_settings_reach_"

@@ -106,14 +106,15 @@ def test_maintenance_interval_paces_the_maintenance_job(pg, tmp_path, monkeypatc
 
 @pytest.mark.spark
 def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkeypatch):
-    """similarity.k, .bandwidth and .histogram_bins become the Similarity Recall's k and
+    """similarity.k, .bandwidth, .histogram_bins and .idf become the Similarity Recall's k and
     the NumericSpec of every numeric attribute it declares by name; learning the same
     contexts then gives another kernel bandwidth and another histogram."""
     rng = np.random.default_rng(3)
     contexts = [[{"load": float(v)}] for v in rng.normal(50, 10, 400)]
     got = {}
     for label, sim in (("default", {}), ("set", {"k": 3, "bandwidth": 0.5, "histogram_bins": 8, "novelty": 0.3,
-                                               "novelty_quantile": 0.2, "index_cache_mb": 3})):
+                                               "novelty_quantile": 0.2, "index_cache_mb": 3,
+                                               "idf": "paper"})):
         e = _engine(tmp_path, pg, monkeypatch, similarity=sim, archive={"chunk_span": "30m"})
         try:
             df = spark.readStream.schema(sc.SCHEMA).csv(str(tmp_path))
@@ -125,7 +126,7 @@ def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkey
             op.stats.learn_many(contexts)
             table = op.stats.table().numeric["load"]
             got[label] = (op.k, op.config.numeric["load"], table.h, len(table.means), op.novelty.fixed,
-                          op.novelty.quantile, op.source.cache.budget)
+                          op.novelty.quantile, op.source.cache.budget, op.config.idf, op.stats.config.idf)
             assert explicit.config.numeric["load"].bandwidth == 2.0  # an explicit spec wins
         finally:
             e.close()
@@ -135,6 +136,7 @@ def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkey
     assert got["set"][3] < got["default"][3]  # 8 bins per sd: a coarser histogram than 64
     assert got["set"][4:6] == (0.3, 0.2) and got["default"][4:6] == (None, 0.05)  # novelty: fixed, or calibrated
     assert got["set"][6] == 3 * 2**20 and got["default"][6] == 256 * 2**20  # index cache budget
+    assert got["set"][7:] == ("paper", "paper") and got["default"][7:] == ("smooth", "smooth")  # the IDF flavour
 
 
 @pytest.mark.spark

@@ -147,3 +147,19 @@ def test_smooth_idf_option_weighs_common_terms_and_round_trips():
     assert ContextStatistics().table().config.idf == "paper"
     with pytest.raises(InvalidSimilarityConfig, match="bm99"):
         SimilarityConfig(idf="bm99")
+
+
+def test_restore_under_a_config_takes_its_idf_and_refuses_another_declaration():
+    """A snapshot saved under the paper's IDF continues under a configured smooth IDF (the
+    counts do not depend on it); a changed numeric declaration is refused by name."""
+    import math
+
+    s = ContextStatistics(NUM)
+    s.learn_many([[{"u": "a"}, {"load": 1.0}], [{"u": "b"}, {"load": 2.0}], [{"u": "a"}, {"load": 3.0}]])
+    smooth = SimilarityConfig(numeric=NUM.numeric, idf="smooth")
+    r = ContextStatistics.restore(s.snapshot(), config=smooth)
+    assert r.config == smooth and r.events == s.events
+    assert r.table().term_idf("u=b") == pytest.approx(math.log(4 / 2) + 1)
+    assert s.table().term_idf("u=b") == pytest.approx(math.log(3 / 1))  # the saved flavour, without config
+    with pytest.raises(SnapshotError, match="learned under"):
+        ContextStatistics.restore(s.snapshot(), config=SimilarityConfig(numeric={"load": NumericSpec(warmup=9)}))
