@@ -221,6 +221,9 @@ def _similarity_ops(engine) -> set[str]:
 def _incident_of(engine) -> Callable[[Mapping[str, Any]], str]:
     """An alert's incident by the incident store's rule, applied as alerts arrive (the
     same rule and ids as the store: the eid of the incident's first alert)."""
+    import pandas as pd
+
+    from moirae.incidents import CLOSE_AFTER_STEPS
     from similarity.incidents import IncidentTracker
 
     trackers: dict[str, IncidentTracker] = {}
@@ -231,7 +234,9 @@ def _incident_of(engine) -> Callable[[Mapping[str, Any]], str]:
         try:
             cfg = store.config(event, attrs)
             tr = trackers.setdefault(event, IncidentTracker(cfg.rule))
-            return tr.assign(str(msg["eid"]), cfg.rule.key_of(attrs), msg["ts"]).incident
+            incident = tr.assign(str(msg["eid"]), cfg.rule.key_of(attrs), msg["ts"]).incident
+            tr.close_before(pd.Timestamp(msg["ts"]) - (CLOSE_AFTER_STEPS - 1) * cfg.rule.step)  # as the store
+            return incident
         except Exception:  # an alert without the key attributes is its own incident
             return str(msg["eid"])
 

@@ -38,6 +38,7 @@ from similarity.incidents import IncidentRule, IncidentTracker
 log = logging.getLogger(__name__)
 
 STATUSES = ("open", "acknowledged", "resolved")
+CLOSE_AFTER_STEPS = 2  # a key's incident leaves the live tracker this many steps after its last detection
 MAX_NOTE = 4000
 
 DDL = """
@@ -175,15 +176,37 @@ class IncidentStore:
         return cfg
 
     def _tracker(self, event: str, attrs: Mapping[str, Any]) -> IncidentTracker:
+        """The event type's live tracker; after a restart it reopens, per key, the latest
+        incident that a coming detection can still join (the same horizon as
+        :meth:`_close`), so memory after a restart is what it was before it."""
         tr = self._trackers.get(event)
         if tr is None:
             tr = self._trackers[event] = IncidentTracker(self.config(event, attrs).rule)
             with self.db.connection() as conn, conn.cursor() as cur:  # survive restarts
                 cur.execute("SELECT DISTINCT ON (key) key, id, start_ts, last_ts, n_events FROM moirae_incidents "
-                            "WHERE event = %s ORDER BY key, last_ts DESC", (event,))
+                            "WHERE event = %(e)s AND last_ts >= (SELECT max(last_ts) FROM moirae_incidents "
+                            "WHERE event = %(e)s) - %(h)s ORDER BY key, last_ts DESC",
+                            {"e": event, "h": CLOSE_AFTER_STEPS * tr.rule.step})
                 for key, iid, start, last, n in cur.fetchall():
                     tr.restore(key, iid, start, last, n)
         return tr
+
+    def _close(self, newest: dict[str, datetime]) -> None:
+        """Forget, per event type, the keys whose incident no coming detection can join:
+        those whose last detection is more than ``CLOSE_AFTER_STEPS`` steps behind the
+        type's newest. Detections arrive in window-close order, so one more than a step
+        behind the newest is not expected; the second step is margin. The store (the
+        database) keeps them; only the tracker's memory is bounded, by the keys alive
+        within two steps instead of every key ever seen."""
+        for event, ts in newest.items():
+            tr = self._trackers.get(event)
+            if tr is not None:
+                tr.close_before(ts - (CLOSE_AFTER_STEPS - 1) * tr.rule.step)
+
+    def open_keys(self, event: str) -> int:
+        """How many keys the event type's tracker holds open (memory, for status and tests)."""
+        tr = self._trackers.get(event)
+        return 0 if tr is None else tr.open_count()
 
     # -- live assignment --------------------------------------------------------------
 
@@ -191,7 +214,9 @@ class IncidentStore:
         """Assign newly recorded events (``EventRecord``s, in time order) to incidents;
         returns the ids of the incidents changed. Called by the event log."""
         changed: list[str] = []
+        newest: dict[str, datetime] = {}
         for r in sorted(records, key=lambda r: (r.ts, r.eid)):
+            newest[r.event] = max(newest.get(r.event, r.ts), r.ts)
             with self._lock:
                 cfg = self.config(r.event, r.attrs)
                 try:
@@ -214,6 +239,8 @@ class IncidentStore:
                                 "status = CASE WHEN status = 'resolved' THEN 'open' ELSE status END, "
                                 "updated_at = now() WHERE id = %s", (r.ts, r.ts, a.incident))
             changed.append(a.incident)
+        with self._lock:
+            self._close(newest)
         for iid in dict.fromkeys(changed):
             self._announce(iid)
         return changed

@@ -178,6 +178,10 @@ class IncidentTracker:
         done = [k for k, o in self._open.items() if o.last_ns < w]
         return [self._open.pop(k).incident for k in done]
 
+    def open_count(self) -> int:
+        """How many keys have an open incident (the tracker's memory)."""
+        return len(self._open)
+
     def open_incident(self, key: str) -> str | None:
         cur = self._open.get(key)
         return None if cur is None else cur.incident

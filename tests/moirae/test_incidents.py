@@ -80,3 +80,23 @@ def test_incidents_survive_a_restart(pg):
     again = store2.get("ov:a:5")
     assert (again["status"], again["resolution"], again["alerts"]) == ("open", "rebooted", 3)
     assert store2.list()[1] == 2
+
+
+def test_the_live_tracker_forgets_finished_keys_and_a_restart_reopens_only_live_ones(pg):
+    """Memory is bounded by the keys alive within two steps (20 minutes: a step is a
+    5-minute window plus the default one-window gap), not by every key ever seen; the store keeps every incident; a restart
+    reopens only incidents a coming detection can join, and they keep growing."""
+    log, store, _ = store_and_log(pg)
+    for m in range(0, 600, 5):  # 120 servers, one alert each, 5 minutes apart
+        log.add([rec(f"s{m}", m)])
+        assert store.open_keys("overload") <= 5, f"{store.open_keys('overload')} keys open at minute {m}"
+    log.add([rec("s590", 600)])  # joins the newest incident, still open
+    assert store.get("ov:s590:590")["alerts"] == 2
+    log.add([rec("s0", 605)])  # s0's incident was closed long ago: a new incident, as group() says
+    assert store.get("ov:s0:605")["alerts"] == 1 and store.get("ov:s0:0")["alerts"] == 1
+    assert store.list()[1] == 121
+
+    log2, store2, _ = store_and_log(pg)  # a restart
+    log2.add([rec("s590", 610)])
+    assert store2.open_keys("overload") <= 5
+    assert store2.get("ov:s590:590")["alerts"] == 3, "the live incident continues across the restart"
