@@ -8,7 +8,14 @@ page's event loop; actions find their element afresh and retry when a redraw rep
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# Screenshots of each step. A test run leaves the committed ones alone;
+# MOIRAE_SCREENSHOTS=bench/results/console refreshes the ones the README shows.
+SHOTS = ROOT / (os.environ.get("MOIRAE_SCREENSHOTS") or ".moirae-test/screenshots")
 
 _ALL = "return [...document.querySelectorAll(arguments[0])]"
 

@@ -14,9 +14,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from browser_helpers import SHOTS
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "bench" / "results" / "console"
 HERE = Path(__file__).resolve().parent
 
 

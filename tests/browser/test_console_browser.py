@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import pytest
-from browser_helpers import attrs, click, click_all, count, text, texts, type_into, wait
+from browser_helpers import SHOTS, attrs, click, click_all, count, text, texts, type_into, wait
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow,
               # Opt-in: on the shared 2-core machine (load 17-23) Spark's Python workers often
@@ -27,7 +26,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.postgres, pyte
               # real engine without Spark in every `make test`; MOIRAE_BROWSER_CLUSTER=1 runs this.
               pytest.mark.skipif(os.environ.get("MOIRAE_BROWSER_CLUSTER") != "1",
                                  reason="cluster-scenario browser run: set MOIRAE_BROWSER_CLUSTER=1")]
-SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "console"  # as conftest.py
 NOTE = "moved the backup window to 03:00 (browser test)"
 
 

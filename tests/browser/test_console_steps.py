@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
-from browser_helpers import attrs, click, click_all, count, text, texts, type_into, value, wait
+from browser_helpers import SHOTS, attrs, click, click_all, count, text, texts, type_into, value, wait
 
 from moirae.events import EventRecord
 from recall.api import Output, OutputKind
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres,
               pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)]
-SHOTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "console"
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 NOTE = "moved the backup window to 03:00 (browser test)"
 
