@@ -75,12 +75,26 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
         if exists or len(good):
             cur.execute("UPDATE moirae_chunks SET rows = rows - %s + %s WHERE stream = %s AND chunk_id = %s",
                         (deleted, len(good), stream, chunk_id))
-        for src, cid in sources:
-            cur.execute("UPDATE moirae_chunks SET materialized = ARRAY(SELECT DISTINCT unnest(materialized || %s)) "
-                        "WHERE stream = %s AND chunk_id = %s", ([tag], src, cid))
+        _tag(cur, sources, tag)
     arch.present.invalidate(stream, chunk_id)
     simindex.invalidate(arch, stream, [chunk_id])  # re-materialized: the chunk's similarity index is stale
     return len(good)
+
+
+def tag_sources(arch, sources: Iterable[tuple[str, int]], tag: str) -> None:
+    """Record ``tag`` on the raw ``(stream, chunk_id)`` chunks a replica was computed
+    from (in one transaction): :func:`materialized_chunks` then counts them done."""
+    sources = list(sources)
+    if not sources:
+        return
+    with arch._conn() as conn, conn.cursor() as cur:
+        _tag(cur, sources, tag)
+
+
+def _tag(cur, sources: Iterable[tuple[str, int]], tag: str) -> None:
+    for src, cid in sources:
+        cur.execute("UPDATE moirae_chunks SET materialized = ARRAY(SELECT DISTINCT unnest(materialized || %s)) "
+                    "WHERE stream = %s AND chunk_id = %s", ([tag], src, cid))
 
 
 def materialized_chunks(arch, stream: str, tag: str) -> set[int]:

@@ -25,8 +25,8 @@ from typing import Any
 import pandas as pd
 
 from ananke.query import ProvQuery
-from archive.abc import Tier
-from archive.materialized import materialized_chunks, replace_materialization
+from archive.abc import ChunkGrid, Tier
+from archive.materialized import materialized_chunks, replace_materialization, tag_sources
 from archive.spark_sink import to_spark
 from moirae.context import compute_context
 from moirae.hybrid import EventQuery, QueryDefinitionError, context_stream, event_stream
@@ -64,40 +64,69 @@ class ChunkResult:
     seconds: float
 
 
-def materialize_chunk(engine, name: str, chunk_id: int) -> ChunkResult:
-    """Re-compute one chunk of event-query ``name``'s events and contexts from raw data
-    and replace their materialization."""
-    return materialize_range(engine, name, [chunk_id])[0]
+def unit_grid(engine, name: str) -> ChunkGrid:
+    """The grid materialization of event-query ``name`` works on: the coarsest chunk
+    interval among its raw inputs and the streams it writes (events, contexts). Streams
+    keep their own intervals (archive/chunks.py); the ladder's steps nest, so every
+    input and output chunk lies wholly inside one unit, and a unit is replaced output
+    chunk by output chunk with no row of a neighbour touched."""
+    return engine.archiver.grid_for(_streams(engine, name))
 
 
-def materialize_range(engine, name: str, chunk_ids: list[int]) -> list[ChunkResult]:
-    """The same for several chunks in one Spark job (one read, one overlap of U before the
-    oldest), then written back chunk by chunk, each atomically."""
-    t0 = time.perf_counter()
+def _streams(engine, name: str) -> list[str]:
     deploy = engine.deploy
     query = deploy.event_queries[name]
+    written = [deploy.flows[name].stream, *(context_stream(name, cq.name) for cq in deploy.contexts.get(name, []))]
+    return [*query.inputs, *written]
+
+
+def _within(chunks_of: dict[str, list], stream: str, lo: datetime, hi: datetime) -> list[int]:
+    return [c.chunk_id for c in chunks_of[stream] if lo <= c.start and c.end <= hi]
+
+
+def materialize_chunk(engine, name: str, unit_id: int) -> ChunkResult:
+    """Re-compute one unit (:func:`unit_grid`) of event-query ``name``'s events and
+    contexts from raw data and replace their materialization."""
+    return materialize_range(engine, name, [unit_id])[0]
+
+
+def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResult]:
+    """The same for several units in one Spark job (one read, one overlap of U before the
+    oldest), then written back output chunk by output chunk, each atomically; the raw
+    input chunks of a unit are tagged done only after all its output chunks (so an
+    interrupted run is redone by ``resume``, never skipped)."""
+    t0 = time.perf_counter()
+    deploy, arch = engine.deploy, engine.archiver
+    query = deploy.event_queries[name]
     flow = deploy.flows[name]
-    grid = engine.archiver.grid
-    start, end = grid.bounds(min(chunk_ids))[0], grid.bounds(max(chunk_ids))[1]
+    grid = unit_grid(engine, name)
+    start, end = grid.bounds(min(unit_ids))[0], grid.bounds(max(unit_ids))[1]
     events = detect(engine, query, start, end, flow.U)
-    ev_spec = engine.archiver.stream(flow.stream)
-    contexts = []
+    ev_spec = arch.stream(flow.stream)
+    outputs: list[tuple[str, pd.DataFrame, str | None]] = [(flow.stream, events, query.eid)]
+    contexts = {}
     for cq in deploy.contexts.get(name, []):
-        cx, schema = compute_context(engine.spark, engine.archiver, cq, events, ev_spec, query.eid, query.ts)
-        stream = context_stream(name, cq.name)
-        contexts.append((cq, stream, cx))
-    deploy.on_materialized(name, events, {cq: cx for cq, _stream, cx in contexts})
-    ev_chunk = _chunk_of(events, query.ts, grid)
+        cx, _schema = compute_context(engine.spark, arch, cq, events, ev_spec, query.eid, query.ts)
+        outputs.append((context_stream(name, cq.name), cx, None))
+        contexts[cq] = cx
+    deploy.on_materialized(name, events, contexts)
+    chunks_of = {s: arch.chunks(s) for s in _streams(engine, name)}
     out = []
-    for cid in sorted(chunk_ids, reverse=True):
-        mine = events[ev_chunk == cid] if len(events) else events
-        n_events = replace_materialization(engine.archiver, flow.stream, cid, mine, query.eid,
-                                           [(s, cid) for s in query.inputs], tag_of(name))
-        n_ctx = 0
-        for _cq, stream, cx in contexts:
-            part = cx[_chunk_of(cx, query.ts, grid) == cid] if len(cx) else cx
-            n_ctx += replace_materialization(engine.archiver, stream, cid, part, None, [], tag_of(name))
-        out.append(ChunkResult(cid, n_events, n_ctx, 0.0))
+    for uid in sorted(unit_ids, reverse=True):
+        lo, hi = grid.bounds(uid)
+        written = [0] * len(outputs)
+        for i, (stream, frame, key) in enumerate(outputs):
+            og = arch.grid_of(stream)
+            cid_of = _chunk_of(frame, query.ts, og) if len(frame) else None
+            ids = set(_within(chunks_of, stream, lo, hi))
+            if cid_of is not None:
+                inside = (cid_of >= og.chunk_of(lo)) & (cid_of < og.chunk_of(hi))
+                ids.update(int(c) for c in set(cid_of[inside].tolist()))
+            for cid in sorted(ids, reverse=True):
+                part = frame[cid_of == cid] if cid_of is not None else frame
+                written[i] += replace_materialization(arch, stream, cid, part, key, [], tag_of(name))
+        tag_sources(arch, [(s, c) for s in query.inputs for c in _within(chunks_of, s, lo, hi)], tag_of(name))
+        out.append(ChunkResult(uid, written[0], sum(written[1:]), 0.0))
     per = (time.perf_counter() - t0) / max(1, len(out))
     return [ChunkResult(r.chunk_id, r.events, r.context_rows, per) for r in out]
 
@@ -109,25 +138,44 @@ def _chunk_of(frame: pd.DataFrame, ts: str, grid):
 
 def raw_chunks(engine, name: str, since: datetime | None = None, until: datetime | None = None,
                tiers: tuple[Tier, ...] | None = None) -> list[int]:
-    """Chunk ids of the query's raw inputs in ``[since, until)``, newest first."""
+    """Units (:func:`unit_grid`) holding a raw input chunk of the query in
+    ``[since, until)`` (of the given tiers), newest first."""
     query = engine.deploy.event_queries[name]
+    grid = unit_grid(engine, name)
     ids: set[int] = set()
     for s in query.inputs:
         for c in engine.archiver.chunks(s):
             if (since is None or c.end > since) and (until is None or c.start < until) and \
                     (tiers is None or c.tier in tiers):
-                ids.add(c.chunk_id)
+                ids.add(grid.chunk_of(c.start))
     return sorted(ids, reverse=True)
+
+
+def done_units(engine, name: str) -> set[int]:
+    """Units whose every raw input chunk carries the query's materialization tag."""
+    query = engine.deploy.event_queries[name]
+    grid = unit_grid(engine, name)
+    seen: set[int] = set()
+    undone: set[int] = set()
+    for s in query.inputs:
+        tagged = materialized_chunks(engine.archiver, s, tag_of(name))
+        for c in engine.archiver.chunks(s):
+            uid = grid.chunk_of(c.start)
+            seen.add(uid)
+            if c.chunk_id not in tagged:
+                undone.add(uid)
+    return seen - undone
 
 
 def rematerialize(engine, name: str, since: datetime | None = None, until: datetime | None = None,
                   resume: bool = False, on_chunk: Callable[[ChunkResult, int, int], None] | None = None,
                   batch: int = 1) -> list[ChunkResult]:
-    """Re-process raw chunks into ``name``'s event and context streams, newest first.
+    """Re-process raw chunks into ``name``'s event and context streams, newest first,
+    one unit (:func:`unit_grid`) at a time.
 
-    Each chunk is replaced atomically; ``resume`` skips chunks already materialized.
-    ``batch`` consecutive chunks share one Spark job (fewer, larger jobs for long
-    ranges). ``on_chunk(result, done, total)`` reports progress.
+    Each output chunk is replaced atomically; ``resume`` skips units already
+    materialized. ``batch`` consecutive units share one Spark job (fewer, larger jobs
+    for long ranges). ``on_chunk(result, done, total)`` reports progress.
     """
     if name not in engine.deploy.event_queries:
         raise QueryDefinitionError(f"unknown event-query {name!r} (deployed: {sorted(engine.deploy.event_queries)})")
@@ -136,7 +184,7 @@ def rematerialize(engine, name: str, since: datetime | None = None, until: datet
         engine.archiver.stream(s)  # UnknownStream names it
     todo = raw_chunks(engine, name, since, until)
     if resume:
-        done = set.intersection(*(materialized_chunks(engine.archiver, s, tag_of(name)) for s in query.inputs))
+        done = done_units(engine, name)
         todo = [c for c in todo if c not in done]
     out: list[ChunkResult] = []
     for group in _runs(todo, batch):
@@ -178,7 +226,7 @@ class ReplicaOperator:
 
     def task_for(self, event: Mapping[str, Any]) -> TaskSpec:
         chunks = raw_chunks(self.engine, self.event, tiers=(Tier.PRESENT, Tier.RECENT))
-        bound = self.engine.archiver.grid.bounds(chunks[-1])[0] if chunks else event["ts"]
+        bound = unit_grid(self.engine, self.event).bounds(chunks[-1])[0] if chunks else event["ts"]
         return TaskSpec(operator=self.name, eid=str(event["eid"]), event_ts=event["ts"], query=self.query,
                         params={}, bound=bound, tickets=self.engine.settings.recall.default_tickets,
                         materialization=True)
@@ -187,14 +235,21 @@ class ReplicaOperator:
         return _ReplicaState(spec)
 
     def on_chunk(self, state: _ReplicaState, chunk_id: int, covered: Interval, rows: pd.DataFrame) -> list[Output]:
+        """``chunk_id`` is a chunk of the first input (the task's query reads it); its unit
+        is materialized once per task, unless an earlier run did and none of the unit's
+        input chunks is still present (growing)."""
+        arch = self.engine.archiver
         inputs = self.engine.deploy.event_queries[self.event].inputs
-        tag = tag_of(self.event)
-        done = all(chunk_id in materialized_chunks(self.engine.archiver, s, tag) for s in inputs)
-        if done and any(c.chunk_id == chunk_id and c.tier is not Tier.PRESENT
-                        for c in self.engine.archiver.chunks(inputs[0])):
-            return []  # a sealed chunk materialized before (e.g. by an earlier run)
-        materialize_chunk(self.engine, self.event, chunk_id)
-        state.chunks.append(chunk_id)
+        grid = unit_grid(self.engine, self.event)
+        uid = grid.chunk_of(arch.grid_of(inputs[0]).bounds(chunk_id)[0])
+        if uid in state.chunks:
+            return []
+        lo, hi = grid.bounds(uid)
+        growing = any(c.tier is Tier.PRESENT for s in inputs for c in arch.chunks(s) if lo <= c.start < hi)
+        if not growing and uid in done_units(self.engine, self.event):
+            return []  # a sealed unit materialized before (e.g. by an earlier run)
+        materialize_chunk(self.engine, self.event, uid)
+        state.chunks.append(uid)
         return []
 
     def on_end(self, state: _ReplicaState, reason: EndReason) -> list[Output]:
@@ -206,4 +261,5 @@ def replica_event(name: str) -> dict[str, Any]:
     return {"eid": f"materialize:{name}:{now.strftime('%Y%m%dT%H%M%S')}", "ts": now}
 
 
-__all__ = ["ReplicaOperator", "detect", "event_stream", "materialize_chunk", "rematerialize", "replica_event"]
+__all__ = ["ReplicaOperator", "detect", "done_units", "event_stream", "materialize_chunk", "rematerialize",
+           "replica_event", "unit_grid"]

@@ -130,3 +130,50 @@ def test_rematerialize_twice_and_resume(spark, pg, tmp_path, monkeypatch):
     assert set(counts) == sc.expected_events(hist)
     assert set(counts.values()) == {1}
     assert tagged == all_chunks
+
+
+@pytest.mark.parametrize("interval", [timedelta(hours=2), timedelta(minutes=5)], ids=["coarser-input", "finer-input"])
+def test_rematerialize_with_the_input_on_its_own_chunk_interval(spark, pg, tmp_path, monkeypatch, interval):
+    """Issue 12: streams keep their own chunk intervals. The raw input on 2-hour (or
+    5-minute) chunks, the event stream on 30-minute ones: materialization works per unit
+    of the coarsest grid, each event lands in its own stream's chunk, an interrupted run
+    resumes, and a re-run replaces without duplicating."""
+    from moirae.materialize import unit_grid
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    hist = sc.history()
+    engine = make_engine(tmp_path, pg, monkeypatch, spark, folder)
+    try:
+        engine.archiver.register_stream(engine.archiver.stream("metrics"), chunk_interval=interval)
+        engine.archiver.append("metrics", 0, hist, bulk=True)
+        engine.event_query("overload", sc.overload, inputs=["metrics"])
+        unit = unit_grid(engine, "overload").span
+        assert unit == max(interval, timedelta(minutes=30))
+
+        class Interrupt(Exception):
+            pass
+
+        def stop_after_one(res, done, total):
+            if done == 1:
+                raise Interrupt
+
+        with pytest.raises(Interrupt):
+            rematerialize(engine, "overload", on_chunk=stop_after_one)
+        resumed = rematerialize(engine, "overload", resume=True)
+        units = {c.start.timestamp() // unit.total_seconds() for c in engine.archiver.chunks("metrics")}
+        assert len(resumed) == len(units) - 1
+        rematerialize(engine, "overload")  # a full re-run replaces, never duplicates
+        tagged = materialized_chunks(engine.archiver, "metrics", tag_of("overload"))
+        all_chunks = {c.chunk_id for c in engine.archiver.chunks("metrics")}
+        ev_chunks = {c.chunk_id: (c.start, c.end) for c in engine.archiver.chunks("ev_overload")}
+        assert all(end - start == timedelta(minutes=30) for start, end in ev_chunks.values())
+    finally:
+        engine.close()
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT eid, count(*), min(ts) FROM ev_overload GROUP BY eid")
+        got = cur.fetchall()
+    counts = {e: n for e, n, _ in got}
+    assert set(counts) == sc.expected_events(hist)
+    assert set(counts.values()) == {1}
+    assert tagged == all_chunks
