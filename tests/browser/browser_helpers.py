@@ -93,3 +93,15 @@ def type_into(browser, css: str, keys: str, clear: bool = True) -> None:
         e.send_keys(keys)
 
     _retry(browser, css, act, "type into")
+
+
+def sideways(browser) -> list[int]:
+    """How far the page, the main pane and the side pane scroll sideways (px)."""
+    return browser.execute_script(
+        "const d=document.documentElement, m=document.querySelector('#main'), s=document.querySelector('#side');"
+        "return [d.scrollWidth - d.clientWidth, m.scrollWidth - m.clientWidth, s.scrollWidth - s.clientWidth];")
+
+
+def console_errors(browser) -> list[dict]:
+    """The browser console's SEVERE entries since the last call."""
+    return [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]

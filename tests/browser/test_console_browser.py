@@ -17,7 +17,19 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from browser_helpers import SHOTS, attrs, click, click_all, count, text, texts, type_into, wait
+from browser_helpers import (
+    SHOTS,
+    attrs,
+    click,
+    click_all,
+    console_errors,
+    count,
+    sideways,
+    text,
+    texts,
+    type_into,
+    wait,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow,
               # Opt-in: on the shared 2-core machine (load 17-23) Spark's Python workers often
@@ -200,9 +212,7 @@ def test_no_sideways_scroll_and_no_console_errors(live, browser):
         elif name == "incident":
             wait(lambda: count(browser, "#chart"), 30, "the chart")
         time.sleep(1)
-        wide = browser.execute_script(
-            "const d=document.documentElement, m=document.querySelector('#main'), s=document.querySelector('#side');"
-            "return [d.scrollWidth - d.clientWidth, m.scrollWidth - m.clientWidth, s.scrollWidth - s.clientWidth];")
+        wide = sideways(browser)
         assert max(wide) <= 1, f"{name} page scrolls sideways by {wide} px at 1400x900"
-    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    errors = console_errors(browser)
     assert not errors, errors

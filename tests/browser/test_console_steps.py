@@ -11,7 +11,20 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from browser_helpers import SHOTS, attrs, click, click_all, count, text, texts, type_into, value, wait
+from browser_helpers import (
+    SHOTS,
+    attrs,
+    click,
+    click_all,
+    console_errors,
+    count,
+    sideways,
+    text,
+    texts,
+    type_into,
+    value,
+    wait,
+)
 
 from moirae.events import EventRecord
 from recall.api import Output, OutputKind
@@ -126,9 +139,7 @@ def test_console_steps(small, browser):
             wait(lambda: count(browser, "#archtable"), what="the archive table")
             assert "metrics" in text(browser, "#archtable")
             browser.save_screenshot(str(SHOTS / "09-archive.png"))
-        wide = browser.execute_script(
-            "const d=document.documentElement, m=document.querySelector('#main'), s=document.querySelector('#side');"
-            "return [d.scrollWidth - d.clientWidth, m.scrollWidth - m.clientWidth, s.scrollWidth - s.clientWidth];")
+        wide = sideways(browser)
         assert max(wide) <= 1, f"{path} scrolls sideways by {wide} px"
-    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    errors = console_errors(browser)
     assert not errors, errors

@@ -38,6 +38,20 @@ def make_engine(tmp_path, pg, monkeypatch, spark, folder, **overrides):
 wait = sc.wait
 
 
+class Interrupt(Exception):
+    pass
+
+
+def interrupted_after(engine, n: int) -> None:
+    """A rematerialization of ``overload`` interrupted after ``n`` units."""
+    def stop(res, done, total):
+        if done == n:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        rematerialize(engine, "overload", on_chunk=stop)
+
+
 def test_overload_events_recall_and_materialized_history(spark, pg, tmp_path, monkeypatch):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -105,16 +119,7 @@ def test_rematerialize_twice_and_resume(spark, pg, tmp_path, monkeypatch):
     try:
         engine.archiver.append("metrics", 0, hist, bulk=True)
         engine.event_query("overload", sc.overload, inputs=["metrics"])
-
-        class Interrupt(Exception):
-            pass
-
-        def stop_after_two(res, done, total):
-            if done == 2:
-                raise Interrupt
-
-        with pytest.raises(Interrupt):
-            rematerialize(engine, "overload", on_chunk=stop_after_two)
+        interrupted_after(engine, 2)
         assert len(materialized_chunks(engine.archiver, "metrics", tag_of("overload"))) == 2
         resumed = rematerialize(engine, "overload", resume=True)
         total = len(engine.archiver.chunks("metrics"))
@@ -150,16 +155,7 @@ def test_rematerialize_with_the_input_on_its_own_chunk_interval(spark, pg, tmp_p
         engine.event_query("overload", sc.overload, inputs=["metrics"])
         unit = unit_grid(engine, "overload").span
         assert unit == max(interval, timedelta(minutes=30))
-
-        class Interrupt(Exception):
-            pass
-
-        def stop_after_one(res, done, total):
-            if done == 1:
-                raise Interrupt
-
-        with pytest.raises(Interrupt):
-            rematerialize(engine, "overload", on_chunk=stop_after_one)
+        interrupted_after(engine, 1)
         resumed = rematerialize(engine, "overload", resume=True)
         units = {c.start.timestamp() // unit.total_seconds() for c in engine.archiver.chunks("metrics")}
         assert len(resumed) == len(units) - 1
