@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Screenshots of each step. A test run leaves the committed ones alone;
-# MOIRAE_SCREENSHOTS=bench/results/console refreshes the ones the README shows.
-SHOTS = ROOT / (os.environ.get("MOIRAE_SCREENSHOTS") or ".moirae-test/screenshots")
+# Screenshots of each step, linked from the README (issue 13); MOIRAE_SCREENSHOTS=DIR
+# writes them elsewhere (e.g. to keep a checkout's committed ones as they are).
+SHOTS = ROOT / (os.environ.get("MOIRAE_SCREENSHOTS") or "bench/results/console")
 
 _ALL = "return [...document.querySelectorAll(arguments[0])]"
 
