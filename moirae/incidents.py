@@ -215,9 +215,10 @@ class IncidentStore:
         returns the ids of the incidents changed. Called by the event log."""
         changed: list[str] = []
         newest: dict[str, datetime] = {}
-        for r in sorted(records, key=lambda r: (r.ts, r.eid)):
-            newest[r.event] = max(newest.get(r.event, r.ts), r.ts)
-            with self._lock:
+        rows = []
+        with self._lock:
+            for r in sorted(records, key=lambda r: (r.ts, r.eid)):
+                newest[r.event] = max(newest.get(r.event, r.ts), r.ts)
                 cfg = self.config(r.event, r.attrs)
                 try:
                     key = cfg.rule.key_of(r.attrs)
@@ -225,22 +226,25 @@ class IncidentStore:
                     log.warning("incidents: event %s of %s not grouped: %s", r.eid, r.event, exc)
                     key = r.eid
                 a = self._tracker(r.event, r.attrs).assign(r.eid, key, r.ts)
-            value = None if cfg.metric is None else metric_of(r.attrs, "", cfg.metric)
-            with self.db.connection() as conn, conn.cursor() as cur:
-                cur.execute("INSERT INTO moirae_incidents (id, event, key, start_ts, last_ts, n_events) "
-                            "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (id) DO NOTHING",
-                            (a.incident, r.event, key, r.ts, r.ts))
-                cur.execute("INSERT INTO moirae_incident_events (eid, incident, ts, value) VALUES (%s, %s, %s, %s) "
-                            "ON CONFLICT (eid) DO NOTHING RETURNING eid", (r.eid, a.incident, r.ts, value))
-                if cur.fetchone() is not None:
-                    # a new event reopens a resolved incident (its note is kept)
-                    cur.execute("UPDATE moirae_incidents SET n_events = n_events + 1, "
-                                "start_ts = least(start_ts, %s), last_ts = greatest(last_ts, %s), "
-                                "status = CASE WHEN status = 'resolved' THEN 'open' ELSE status END, "
-                                "updated_at = now() WHERE id = %s", (r.ts, r.ts, a.incident))
-            changed.append(a.incident)
-        with self._lock:
+                value = None if cfg.metric is None else metric_of(r.attrs, "", cfg.metric)
+                rows.append((r, key, a.incident, value))
+                changed.append(a.incident)
             self._close(newest)
+        if rows:
+            with self.db.connection() as conn, conn.cursor() as cur:  # one transaction for the batch
+                for r, key, incident, value in rows:
+                    cur.execute("INSERT INTO moirae_incidents (id, event, key, start_ts, last_ts, n_events) "
+                                "VALUES (%s, %s, %s, %s, %s, 0) ON CONFLICT (id) DO NOTHING",
+                                (incident, r.event, key, r.ts, r.ts))
+                    cur.execute("INSERT INTO moirae_incident_events (eid, incident, ts, value) "
+                                "VALUES (%s, %s, %s, %s) ON CONFLICT (eid) DO NOTHING RETURNING eid",
+                                (r.eid, incident, r.ts, value))
+                    if cur.fetchone() is not None:
+                        # a new event reopens a resolved incident (its note is kept)
+                        cur.execute("UPDATE moirae_incidents SET n_events = n_events + 1, "
+                                    "start_ts = least(start_ts, %s), last_ts = greatest(last_ts, %s), "
+                                    "status = CASE WHEN status = 'resolved' THEN 'open' ELSE status END, "
+                                    "updated_at = now() WHERE id = %s", (r.ts, r.ts, incident))
         for iid in dict.fromkeys(changed):
             self._announce(iid)
         return changed
