@@ -19,6 +19,8 @@ executors can reach; see ``archive.executor_dsn`` in the README).
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -30,6 +32,8 @@ import pyarrow.compute as pc
 from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.streams import StreamSpec
 from archive.types import ColumnType
+
+log = logging.getLogger(__name__)
 
 PARTS_DDL = """
 CREATE TABLE IF NOT EXISTS moirae_batch_parts (
@@ -63,6 +67,7 @@ class PartitionJob:
     batch_id: int
     span_us: int
     after_commit: Callable[[int, int], None] | None = None  # (batch id, part): a test hook
+    retry_seconds: float = 60.0  # how long an executor retries a partition while PostgreSQL is unreachable
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -71,11 +76,38 @@ class PartitionJob:
         received = list(batches)
         rows, dead, dup, missing = 0, 0, False, []
         if received and sum(b.num_rows for b in received):
-            rows, dead, dup, missing = write_partition(self, part, pa.Table.from_batches(received))
+            rows, dead, dup, missing = write_with_retry(self, part, pa.Table.from_batches(received))
         if self.after_commit is not None and not missing:
             self.after_commit(self.batch_id, part)
         yield pa.RecordBatch.from_pydict({"part": [part], "rows": [rows], "dead_letters": [dead],
                                           "duplicate": [dup], "missing": [missing]}, schema=_SUMMARY)
+
+
+def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
+    """:func:`write_partition`, again with backoff (0.1 s doubling to 5 s) while the
+    server is unreachable, for at most ``job.retry_seconds``, as the driver's
+    ``Database.retry`` does. Safe to repeat: the partition's row in
+    ``moirae_batch_parts`` commits with its rows, so an attempt whose commit did reach
+    the server is found and reported as a duplicate, never written twice. Other errors
+    (bad data, a batch too wide) fail at once."""
+    from archive.pg import DatabaseUnavailable, is_connection_lost
+
+    deadline = time.monotonic() + job.retry_seconds
+    delay = 0.1
+    while True:
+        try:
+            return write_partition(job, part, table)
+        except Exception as exc:
+            if not is_connection_lost(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise DatabaseUnavailable(f"executor writing batch {job.batch_id} part {part} of stream "
+                                          f"{job.spec.name!r}: PostgreSQL unreachable for {job.retry_seconds:g}s: "
+                                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}") from exc
+            log.warning("executor: batch %s part %s of %r: PostgreSQL unreachable, retrying in %.1f s: %s",
+                        job.batch_id, part, job.spec.name, delay, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:

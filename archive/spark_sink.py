@@ -105,7 +105,7 @@ def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
 
 
 def _write_from_executors(archiver, spec, typed, batch_id, span_us, dsn, after_part):
-    job = PartitionJob(dsn, archiver.db.schema, spec, batch_id, span_us, after_part)
+    job = PartitionJob(dsn, archiver.db.schema, spec, batch_id, span_us, after_part, archiver.db.retry_seconds)
     typed = typed.select("_sid", spec.ts_col, *spec.columns)
     created: set[int] = set()
     for _ in range(8):
