@@ -68,8 +68,9 @@ def test_live_alerts_stream_and_carry_provenance(spark, pg, tmp_path, monkeypatc
             pd.DataFrame({"ts": part.strftime("%Y-%m-%dT%H:%M:%SZ"), "sid": [f"s{i % 3}" for i in range(n)],
                           "bw": np.where(np.arange(n) % 3 == 0, 95.0, 50.0)}).to_csv(inp / f"p{k}.csv", index=False,
                                                                                   header=False)
-        listener.join(120)
-        assert seen and seen[0]["event"] == "overload" and seen[0]["eid"].startswith("ov:s0:")
+        listener.join(300)  # Spark's first micro-batches on a loaded 2-core machine can take minutes
+        assert seen, f"no alert on the SSE stream within 300 s (engine status: {e.live_status()})"
+        assert seen[0]["event"] == "overload" and seen[0]["eid"].startswith("ov:s0:"), seen[0]
         eid = seen[0]["eid"]
         with httpx.Client(base_url=server.url, timeout=30) as c:
             assert eid in [x["eid"] for x in c.get("/api/events", params={"type": "overload"}).json()["events"]]
