@@ -17,8 +17,11 @@ memory caches), so both copies of an index go exactly when its rows change.
 
 from __future__ import annotations
 
+import io
+import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 DDL = """
 CREATE TABLE IF NOT EXISTS moirae_simindex (
@@ -30,6 +33,8 @@ CREATE TABLE IF NOT EXISTS moirae_simindex (
     built_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (operator, chunk_id)
 );
+-- blobs are already dense arrays: storing them uncompressed saves a slow pglz pass per write
+ALTER TABLE moirae_simindex ALTER COLUMN blob SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS moirae_simvocab (
     operator  text NOT NULL,
     col       int NOT NULL,
@@ -37,6 +42,23 @@ CREATE TABLE IF NOT EXISTS moirae_simvocab (
     PRIMARY KEY (operator, col)
 );
 """
+
+_TEXT_OID = 25
+
+
+def _field(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+def copy_row(operator: str, chunk_id: int, streams: Sequence[str], contexts: int, blob: bytes) -> bytes:
+    """One ``moirae_simindex`` row in PostgreSQL's binary COPY format (header, one tuple
+    of five fields: text, int8, text[], int8, bytea, trailer)."""
+    elems = b"".join(_field(s.encode()) for s in streams)
+    array = struct.pack(">iiiii", 1, 0, _TEXT_OID, len(streams), 1) + elems
+    fields = [operator.encode(), struct.pack(">q", chunk_id), array, struct.pack(">q", contexts), bytes(blob)]
+    return (b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8 + struct.pack(">h", len(fields))
+            + b"".join(_field(f) for f in fields) + b"\xff\xff")
+
 
 Listener = Callable[[str, Sequence[int]], None]
 _listeners: list[Listener] = []
@@ -95,19 +117,39 @@ class IndexStore:
             row = cur.fetchone()
         return None if row is None else bytes(row[0])
 
+    def lookup(self, chunk_id: int, streams: Sequence[str], conn: Any = None) -> tuple[bool, bytes | None]:
+        """``(sealed(chunk_id, streams), load(chunk_id))`` in one round trip, on ``conn``
+        (e.g. a recall worker's) or a pooled connection."""
+        sql = ("SELECT NOT EXISTS (SELECT 1 FROM moirae_chunks WHERE chunk_id = %s AND stream = ANY(%s) "
+               "AND tier = 'present' AND NOT dropped), "
+               "(SELECT blob FROM moirae_simindex WHERE operator = %s AND chunk_id = %s)")
+        args = (int(chunk_id), list(streams), self.operator, int(chunk_id))
+        if conn is None:
+            with self.arch._conn() as own, own.cursor() as cur:
+                cur.execute(sql, args)
+                sealed, blob = cur.fetchone()
+        else:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                sealed, blob = cur.fetchone()
+        return bool(sealed), None if blob is None else bytes(blob)
+
     def save(self, chunk_id: int, streams: Sequence[str], contexts: int, blob: bytes, terms: Sequence[str]) -> None:
         """Store one chunk's blob; ``terms`` is the whole vocabulary it may use (the
         columns not yet persisted are appended first, in the same transaction)."""
         with self.arch._conn() as conn, conn.cursor() as cur:
-            new = list(enumerate(terms))[self.saved_terms:]
-            if new:
-                cur.executemany("INSERT INTO moirae_simvocab (operator, col, term) VALUES (%s, %s, %s) "
-                                "ON CONFLICT (operator, col) DO NOTHING",
-                                [(self.operator, c, t) for c, t in new])
-            cur.execute("INSERT INTO moirae_simindex (operator, chunk_id, streams, contexts, blob) "
-                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (operator, chunk_id) DO UPDATE SET "
-                        "streams = EXCLUDED.streams, contexts = EXCLUDED.contexts, blob = EXCLUDED.blob, "
-                        "built_at = now()", (self.operator, int(chunk_id), list(streams), int(contexts), blob))
+            new = list(terms[self.saved_terms:])
+            if new:  # one statement for all new columns (a chunk may bring thousands of terms)
+                cur.execute("INSERT INTO moirae_simvocab (operator, col, term) "
+                            "SELECT %s, %s + n - 1, t FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) "
+                            "ON CONFLICT (operator, col) DO NOTHING", (self.operator, self.saved_terms, new))
+            # binary COPY sends the blob as it is (an INSERT parameter travels hex-escaped, twice its size)
+            cur.execute("DELETE FROM moirae_simindex WHERE operator = %s AND chunk_id = %s",
+                        (self.operator, int(chunk_id)))
+            cur.copy_expert("COPY moirae_simindex (operator, chunk_id, streams, contexts, blob) FROM STDIN "
+                            "WITH (FORMAT binary)",
+                            io.BytesIO(copy_row(self.operator, int(chunk_id), list(streams), int(contexts), blob)))
         self.saved_terms = max(self.saved_terms, len(terms))
 
     def vocabulary(self) -> list[str]:

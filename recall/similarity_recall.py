@@ -40,7 +40,7 @@ from scheduler.errors import MoiraeError
 from similarity import ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
 from similarity.errors import NonNumericValue, SnapshotError
 from similarity.explain import explain
-from similarity.incidents import IncidentRule
+from similarity.incidents import ChunkGroups, IncidentRule, chunk_groups
 from similarity.index import ChunkIndex
 from similarity.index import build as build_index
 from similarity.novelty import NoveltyCalibrator
@@ -134,6 +134,10 @@ class SimilarityRecall:
                     parts.append(f"SELECT c.{self.eid_attr}::text, c.{self.ts_attr}, '{col}', c.\"{col}\"::text, "
                                  f"'{kind}:{stream}' FROM {stream} c")
         return self.store.prepare(" UNION ALL ".join(parts))
+
+    def key_expr(self) -> str:
+        """The incident key of a past event ``e`` as SQL text (see :meth:`_key_sql`)."""
+        return self._key_sql()
 
     def _key_sql(self) -> str:
         """The incident key of a past event (text), as :meth:`IncidentRule.key_of` makes it."""
@@ -229,7 +233,7 @@ class SimilarityRecall:
             table = self.stats.table()
         key = str(spec.extra.get("incident_key", spec.eid))
         live_ts = pd.Timestamp(spec.event_ts).tz_convert(None).to_datetime64()
-        top = IncidentTop(self.k, self._rule(), spec.eid, key, live_ts)
+        top = IncidentTop(self.k, self._rule(), spec.eid, key, live_ts, distinct_keys=self.incident_rule is None)
         return _State(spec, QueryScorer(table, list(spec.extra.get("context", []))), TopK(self.k), incidents=top)
 
     def fetch_chunk(self, state: _State, chunk_id: int, conn: Any = None,
@@ -278,17 +282,23 @@ class SimilarityRecall:
         scores = state.scorer.score(chunk).scores
         eids, ts, keys = chunk.eids, chunk.ts, ix.keys.get("key")
         keys = np.where(pd.isna(keys), "", keys) if self.incident_rule and keys is not None else eids
-        if not keep.all():
+        rule, distinct = self._rule(), self.incident_rule is None
+        groups = None
+        if keep.all():  # the chunk's incidents depend on the chunk alone: found once, kept with it
+            groups = ix.memo(("groups", rule, distinct), lambda: chunk_groups(keys, ts, eids, rule, distinct))
+        else:
             eids, ts, keys, scores = eids[keep], ts[keep], keys[keep], scores[keep]
         state.top.offered += len(scores)
-        contexts = _Contexts(ix, self.stats.vocabulary)
-        return self._emit(state, eids, ts, keys, scores, contexts, _surrounding_by_eid(ix.surrounding))
+        contexts = ix.memo("contexts", lambda: _Contexts(ix, self.stats.vocabulary))
+        surrounding = ix.memo("surrounding", lambda: _surrounding_by_eid(ix.surrounding))
+        return self._emit(state, eids, ts, keys, scores, contexts, surrounding, groups)
 
     def _emit(self, state: _State, eids: np.ndarray, ts_ns: np.ndarray, keys: np.ndarray, scores: np.ndarray,
-              contexts: Mapping[str, list[dict]], surrounding: Mapping[str, dict[str, list[dict]]]) -> list[Output]:
+              contexts: Mapping[str, list[dict]], surrounding: Mapping[str, dict[str, list[dict]]],
+              groups: ChunkGroups | None = None) -> list[Output]:
         """After scoring: merge one chunk into the held top-k past incidents and emit
         the revisions (DELETE what changed, INSERT it as it is now), best first."""
-        deleted, inserted = state.incidents.offer(eids, ts_ns, keys, scores, surrounding, contexts)
+        deleted, inserted = state.incidents.offer(eids, ts_ns, keys, scores, surrounding, contexts, groups)
         out = [self._output(state, OutputKind.DELETE, p.id, state.rows.pop(p.id)) for p in deleted]
         recorded: Mapping[str, str] = {}
         if inserted and self.resolutions is not None:

@@ -21,11 +21,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from archive import simindex
-from similarity.index import ChunkIndex
+from archive.chunk_copy import TS_US, codes, copy_chunk, texts
+from similarity.index import ROW_COLUMNS, ChunkIndex, CodedColumn, build_coded
 from similarity.index_cache import IndexCache
 from similarity.index_codec import CorruptIndex, decode, encode
 
@@ -41,7 +46,7 @@ class ChunkSource:
         self.streams: tuple[str, ...] = (op.event_stream, *op.context_streams, *op.surrounding_streams)
         self.cache = IndexCache(cache_bytes)
         self.builds = self.loads = self.corrupt = 0
-        self.build_seconds = 0.0
+        self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0
         can = persist and hasattr(op.store, "_conn")
         self.persisted = simindex.IndexStore(op.store, op.name) if can else None
@@ -86,7 +91,7 @@ class ChunkSource:
         hit = self.cache.get(chunk_id)
         if hit is not None:
             return hit
-        if self.persisted is None or not self.persisted.sealed(chunk_id, self.streams):
+        if self.persisted is None:
             return self.build(chunk_id, conn, timeout_ms)
         if not self._reconciled:
             self.reconcile()
@@ -96,17 +101,44 @@ class ChunkSource:
             hit = self.cache.get(chunk_id)
             if hit is not None:
                 return hit
-            ix = self._load(chunk_id)
+            sealed, blob = self.persisted.lookup(chunk_id, self.streams, conn)
+            if not sealed:
+                return self.build(chunk_id, conn, timeout_ms)
+            ix = self._decode(chunk_id, blob)
             if ix is None:
                 ix = self.build(chunk_id, conn, timeout_ms)
                 with self.op._lock:
                     terms = self.op.stats.vocabulary.terms()
+                t0 = time.perf_counter()
                 self.persisted.save(chunk_id, self.streams, ix.contexts, encode(ix), terms)
+                self.save_seconds += time.perf_counter() - t0
             self.cache.put(chunk_id, ix)
             return ix
 
-    def _load(self, chunk_id: int) -> ChunkIndex | None:
-        blob = self.persisted.load(chunk_id)
+    def prebuild(self, chunk_ids: Sequence[int], threads: int = 2) -> None:
+        """Fetch (build and persist where missing) the indexes of ``chunk_ids`` with
+        ``threads`` connections at once, so PostgreSQL formats one chunk while Python
+        parses and encodes another (e.g. after a materialization)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        ids = list(chunk_ids)
+        local = threading.local()
+
+        def one(c: int) -> None:
+            if getattr(local, "conn", None) is None:
+                local.conn = self.op.store.connect()
+                conns.append(local.conn)
+            self.fetch(c, local.conn)
+
+        conns: list[Any] = []
+        try:
+            with ThreadPoolExecutor(max(1, threads)) as pool:
+                list(pool.map(one, ids))
+        finally:
+            for c in conns:
+                c.close()
+
+    def _decode(self, chunk_id: int, blob: bytes | None) -> ChunkIndex | None:
         if blob is None:
             return None
         try:
@@ -124,18 +156,57 @@ class ChunkSource:
         return ix
 
     def build(self, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> ChunkIndex:
-        """Read the chunk's rows with the operator's history-query and build its index."""
-        import time
-
-        rows = self.op.store.run_history_query(self.op.query, {}, chunk_id, conn=conn, timeout_ms=timeout_ms)
+        """Read the chunk's events, contexts and surrounding tuples in their wide,
+        archived form (one ``COPY`` per stream, :mod:`archive.chunk_copy`) and build its
+        index (:func:`similarity.index.build_coded`): no Python step per tuple."""
         t0 = time.perf_counter()
-        ix = self.op.index_rows(rows)
-        self.build_seconds += time.perf_counter() - t0
+        op, grid = self.op, self.op.query.streams
+        eid = f'e."{op.eid_attr}"::text'
+        ev = copy_chunk(op.store, op.event_stream, [("eid", eid), ("key", op.key_expr())], chunk_id, grid,
+                        conn, timeout_ms)
+        eids = texts(ev, "eid")
+        first = ~pd.Index(eids).duplicated() & (eids != None)  # noqa: E711 (elementwise)
+        eids = eids[first]
+        ts_ns = ev.column(TS_US).to_numpy()[first] * 1000
+        keys = texts(ev, "key")[first]
+        index = pd.Index(eids)
+        columns: list[CodedColumn] = []
+        for stream in op.context_streams:
+            cols = op._columns(stream)
+            t = copy_chunk(op.store, stream, [("eid", eid), *((c, f'e."{c}"::text') for c in cols)], chunk_id,
+                           grid, conn, timeout_ms, with_ts=False, coded=True)
+            e_codes, e_uni = codes(t, "eid")
+            at = index.get_indexer(pd.Index(e_uni, dtype=object)) if e_uni else np.zeros(0, dtype=np.int64)
+            rows = np.where(e_codes >= 0, at[e_codes] if len(at) else -1, -1)
+            for c in cols:
+                v_codes, v_uni = codes(t, c)
+                columns.append(CodedColumn(c, rows, v_codes, v_uni))
+        sur = [self._surrounding(s, chunk_id, conn, timeout_ms) for s in op.surrounding_streams]
+        t1 = time.perf_counter()
+        with op._lock:  # new terms grow the shared vocabulary
+            ix = build_coded(eids, ts_ns, keys, columns, op.stats.vocabulary, op.config,
+                             pd.concat(sur, ignore_index=True) if sur else None)
+        t2 = time.perf_counter()
+        self.read_seconds += t1 - t0
+        self.build_seconds += t2 - t1
         self.builds += 1
         self.built_contexts += ix.contexts
         return ix
 
+    def _surrounding(self, stream: str, chunk_id: int, conn: Any, timeout_ms: int | None) -> pd.DataFrame:
+        """One surrounding stream's tuples of the chunk in long form (``ROW_COLUMNS``)."""
+        op = self.op
+        cols = op._columns(stream)
+        t = copy_chunk(op.store, stream, [("eid", f'e."{op.eid_attr}"::text'), *((c, f'e."{c}"::text') for c in cols)],
+                       chunk_id, op.query.streams, conn, timeout_ms)
+        wide = t.to_pandas()
+        wide["ts"] = pd.to_datetime(wide.pop(TS_US) * 1000, utc=True)
+        long = wide.melt(id_vars=["eid", "ts"], value_vars=cols, var_name="attr", value_name="value")
+        long["part"] = f"surrounding:{stream}"
+        return long[list(ROW_COLUMNS)]
+
     def stats(self) -> dict[str, Any]:
         return {"builds": self.builds, "loads": self.loads, "corrupt": self.corrupt,
                 "built_contexts": self.built_contexts, "build_seconds": self.build_seconds,
+                "read_seconds": self.read_seconds, "save_seconds": self.save_seconds,
                 "cache": self.cache.stats()}

@@ -245,3 +245,64 @@ class BackwardIncidents:
     def current(self, incident: str) -> str:
         """The id an incident of an earlier batch goes by now."""
         return self._renamed.get(incident, incident)
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkGroups:
+    """The incidents of one batch of detections on their own (:func:`group` over just
+    these), as arrays: what a recall task needs per chunk, computed once per chunk.
+
+    ``code[i]`` is detection ``i``'s incident (0..m-1); ``order`` lists detections by
+    incident, incident ``j`` owning ``order[starts[j]:starts[j + 1]]``; per incident:
+    ``ids`` (its id), ``key``, ``first_ns``, ``last_ns`` and ``count``.
+    """
+
+    code: np.ndarray
+    order: np.ndarray
+    starts: np.ndarray
+    ids: np.ndarray
+    key: np.ndarray
+    first_ns: np.ndarray
+    last_ns: np.ndarray
+
+    @property
+    def m(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def count(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    def best(self, scores: np.ndarray) -> np.ndarray:
+        """Each incident's highest score."""
+        if self.m == 0:
+            return np.zeros(0)
+        return np.maximum.reduceat(np.asarray(scores, dtype=np.float64)[self.order], self.starts[:-1])
+
+
+def chunk_groups(keys: Sequence[Any], ts_ns: np.ndarray, eids: Sequence[Any], rule: IncidentRule,
+                 distinct_keys: bool = False) -> ChunkGroups:
+    """:class:`ChunkGroups` of one batch (``ts_ns``: int64 nanoseconds). With
+    ``distinct_keys`` (every detection has a key of its own) each is its own incident.
+
+    >>> rule = IncidentRule(keys=("sid",), window=timedelta(minutes=5))
+    >>> m = 60 * 10**9
+    >>> g = chunk_groups(["a", "a", "b"], np.array([0, 5 * m, 5 * m]), ["e1", "e2", "e3"], rule)
+    >>> list(g.ids), g.code.tolist(), g.count.tolist(), g.last_ns.tolist() == [5 * m, 5 * m]
+    (['e1', 'e3'], [0, 0, 1], [2, 1], True)
+    """
+    ts = np.asarray(ts_ns, dtype=np.int64)
+    eids = np.asarray(eids, dtype=object)
+    keys = np.asarray(keys, dtype=object)
+    n = ts.shape[0]
+    if distinct_keys or n == 0:
+        ar = np.arange(n)
+        return ChunkGroups(ar, ar, np.arange(n + 1), eids.copy(), keys.copy(), ts.copy(), ts.copy())
+    ids = group(keys, ts.astype("datetime64[ns]"), eids, rule)
+    code, uniq = pd.factorize(ids)
+    order = np.argsort(code, kind="stable")
+    counts = np.bincount(code, minlength=len(uniq))
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    t = ts[order]
+    return ChunkGroups(code, order, starts, np.asarray(uniq, dtype=object), keys[order[starts[:-1]]],
+                       np.minimum.reduceat(t, starts[:-1]), np.maximum.reduceat(t, starts[:-1]))

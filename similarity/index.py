@@ -20,6 +20,7 @@ null as ``float("NaN")`` is). Pure: no I/O (serialization is in :mod:`similarity
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,16 @@ class ChunkIndex:
     surrounding: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(ROW_COLUMNS)))
     contexts: int = 0
     """How many context rows the chunk was built from (for build rates)."""
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def memo(self, key: Any, make) -> Any:
+        """``make()`` once per ``key`` for this chunk (what every event's task derives
+        from the chunk alone, e.g. its incidents under a rule); thread-safe enough: two
+        racing tasks compute the same value."""
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = make()
+        return hit
 
     @property
     def n(self) -> int:
@@ -69,13 +80,12 @@ class ChunkIndex:
     def context_of(self, row: int, vocabulary: Vocabulary) -> list[dict[str, Any]]:
         """Row ``row``'s context as single-attribute tuples (order: by term id, then
         numeric attributes), each repeated TF times."""
-        m = self.chunk.tf_sq  # same sparsity as TF, row-major
-        tf = self.chunk.tf
+        m = self.chunk.tf_sq  # same sparsity as TF, row-major; TF = sqrt(TF^2) (counts)
         lo, hi = m.indptr[row], m.indptr[row + 1]
         out: list[dict[str, Any]] = []
-        for col in m.indices[lo:hi].tolist():
+        counts = np.rint(np.sqrt(m.data[lo:hi])).astype(np.int64).tolist()
+        for col, count in zip(m.indices[lo:hi].tolist(), counts, strict=True):
             attr, value = vocabulary.term(col).split("=", 1)
-            count = int(round(tf[row, col]))
             out.extend({attr: value} for _ in range(count))
         for attr, e in sorted(self.chunk.numeric.items()):
             mine = e.rows == row
@@ -129,6 +139,66 @@ def build(rows: pd.DataFrame, vocabulary: Vocabulary, config: SimilarityConfig |
     sur = rows[_part_mask(parts, lambda p: isinstance(p, str) and p.startswith("surrounding:"))]
     sur = sur[sur["eid"].astype(str).isin(row_of)][list(ROW_COLUMNS)].reset_index(drop=True)
     return ChunkIndex(chunk, keys, sur, contexts=int(len(ctx)))
+
+
+@dataclass(frozen=True, eq=False)
+class CodedColumn:
+    """One context attribute of a chunk, dictionary-coded (the wide, archived form):
+    for each context tuple, the row of its event (``rows``, -1: not an event of the
+    chunk) and the code of its value (``codes``, -1: null) into ``uniques`` (the
+    values as text, as ``col::text`` gives them)."""
+
+    attr: str
+    rows: np.ndarray
+    codes: np.ndarray
+    uniques: Sequence[str]
+
+
+def build_coded(eids: np.ndarray, ts_ns: np.ndarray, keys: np.ndarray, columns: Sequence[CodedColumn],
+                vocabulary: Vocabulary, config: SimilarityConfig | None = None,
+                surrounding: pd.DataFrame | None = None) -> ChunkIndex:
+    """The :class:`ChunkIndex` of one chunk in wide, dictionary-coded form: the same
+    index :func:`build` makes from the long-form rows of the same tuples (terms, TF,
+    numeric entries, keys), with one Python step per *distinct* value of each attribute
+    and none per tuple. ``eids`` (distinct), ``ts_ns`` and ``keys`` are the chunk's
+    events; ``surrounding`` is long form (``ROW_COLUMNS``)."""
+    config = config if config is not None else SimilarityConfig()
+    eids = np.asarray(eids, dtype=object)
+    if pd.Index(eids).has_duplicates:
+        raise SimilarityError("build_coded: the chunk's event ids must be distinct (drop repeated eids first)")
+    n = eids.shape[0]
+    r_parts, c_parts, numeric_parts = [], [], {}
+    for col in columns:
+        rows = np.asarray(col.rows, dtype=np.int64)
+        codes = np.asarray(col.codes, dtype=np.int64)
+        if col.attr in config.ignore:
+            continue
+        keep = (rows >= 0) & (codes >= 0)
+        rows, codes = rows[keep], codes[keep]
+        if col.attr in config.numeric:
+            values = np.asarray(col.uniques, dtype=object)[codes] if len(col.uniques) else np.zeros(0, dtype=object)
+            numeric_parts[col.attr] = (rows, values)
+            continue
+        used = np.flatnonzero(np.bincount(codes, minlength=len(col.uniques)))
+        col_of = np.full(len(col.uniques), -1, dtype=np.int64)
+        prefix, uniques = f"{col.attr}=", col.uniques
+        col_of[used] = vocabulary.add_many([prefix + str(uniques[u]) for u in used.tolist()])
+        r_parts.append(rows)
+        c_parts.append(col_of[codes])
+    r = np.concatenate(r_parts) if r_parts else np.zeros(0, dtype=np.int64)
+    c = np.concatenate(c_parts) if c_parts else np.zeros(0, dtype=np.int64)
+    tf = sp.csr_matrix((np.ones(r.shape[0], dtype=np.float64), (r, c)), shape=(n, len(vocabulary)))
+    numeric: dict[str, NumericEntries] = {}
+    for attr in sorted(numeric_parts):
+        rows, values = numeric_parts[attr]
+        numeric.update(_numeric(rows, np.full(rows.shape[0], attr, dtype=object), values))
+    chunk = ContextChunk.from_tf(eids, np.asarray(ts_ns, dtype=np.int64).astype("datetime64[ns]"), tf, numeric)
+    key = np.asarray(keys, dtype=object)
+    sur = surrounding if surrounding is not None else pd.DataFrame(columns=list(ROW_COLUMNS))
+    if len(sur):
+        sur = sur[sur["eid"].astype(str).isin(pd.Index(eids))][list(ROW_COLUMNS)].reset_index(drop=True)
+    contexts = sum(int(np.asarray(c.rows).shape[0]) for c in columns)
+    return ChunkIndex(chunk, {"key": key}, sur, contexts=contexts)
 
 
 def _categorical(r: np.ndarray, attrs: np.ndarray, values: np.ndarray, n: int,

@@ -33,6 +33,15 @@ class Vocabulary:
             self._terms.append(term)
         return col
 
+    def add_many(self, terms: Iterable[str]) -> list[int]:
+        """:meth:`add` of each term, in order (one dictionary probe per known term)."""
+        terms = list(terms)
+        cols = list(map(self._index.get, terms))
+        for i, col in enumerate(cols):
+            if col is None:
+                cols[i] = self.add(terms[i])
+        return cols  # type: ignore[return-value]
+
     def index(self, term: str) -> int | None:
         return self._index.get(term)
 
