@@ -93,6 +93,47 @@ class PastIncident:
                             self.live or older.live, best.contexts, [*self.parts, *older.parts])
 
 
+def _objs(items: list) -> np.ndarray:
+    """A 1-d object array of ``items`` (lists stay elements, not a dimension)."""
+    out = np.empty(len(items), dtype=object)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
+
+
+_COLS = ("key", "id", "score", "ts", "eid", "first", "last", "windows", "live", "src", "parts")
+
+
+@dataclass
+class _Incidents:
+    """Incidents as columns (one entry per incident): the frontier of a task, and a
+    chunk's incidents while it is offered. ``src`` names the chunk whose context
+    mapping holds the best window; ``parts`` (object, or None when no chunk had
+    surrounding rows) the windows' surrounding sources."""
+
+    key: np.ndarray
+    id: np.ndarray
+    score: np.ndarray
+    ts: np.ndarray
+    eid: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    windows: np.ndarray
+    live: np.ndarray
+    src: np.ndarray
+    parts: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.id.shape[0])
+
+    def take(self, idx: np.ndarray) -> _Incidents:
+        return _Incidents(*(getattr(self, c)[idx] for c in _COLS))
+
+    @staticmethod
+    def concat(a: _Incidents, b: _Incidents) -> _Incidents:
+        return _Incidents(*(np.concatenate([getattr(a, c), getattr(b, c)]) for c in _COLS))
+
+
 @dataclass
 class IncidentTop:
     """The held top ``k`` past incidents of one live event (module doc)."""
@@ -105,14 +146,20 @@ class IncidentTop:
     distinct_keys: bool = False
     """Every past detection has a key of its own (no incident rule): no grouping to do."""
     held: list[PastIncident] = field(default_factory=list)
-    frontier: dict[str, PastIncident] = field(default_factory=dict)  # key -> oldest incident of that key
+    frontier: _Incidents = field(init=False)
+    """Per key, the oldest incident while an older chunk may still extend it back."""
     _live: str = ""
+    _sources: dict[int, tuple[Mapping | None, Mapping | None]] = field(default_factory=dict)
+    _next: int = 0
+    _tracking: bool = False  # some chunk had surrounding rows: windows are remembered per incident
 
     def __post_init__(self) -> None:
         t = int(np.datetime64(self.live_ts, "ns").astype(np.int64))
         self._live = self.live_eid
-        self.frontier[str(self.live_key)] = PastIncident(self.live_eid, 0.0, t, self.live_eid, t, t, 1,
-                                                         str(self.live_key), live=True)
+        self._sources[-1] = (None, None)
+        self.frontier = _Incidents(_objs([str(self.live_key)]), _objs([self.live_eid]), np.zeros(1), np.asarray([t]),
+                                   _objs([self.live_eid]), np.asarray([t]), np.asarray([t]),
+                                   np.ones(1, dtype=np.int64), np.ones(1, dtype=bool), np.asarray([-1]), _objs([None]))
 
     @property
     def live_incident(self) -> str:
@@ -129,79 +176,92 @@ class IncidentTop:
         ``(deleted, inserted)``: rows to retract (as held before) and rows to emit (as
         held now), each best first.
 
-        Vectorised: per chunk, array passes over its detections and incidents; objects
-        are made only for incidents that can enter the top k or reach an older chunk."""
+        Vectorised: array passes over the chunk's detections and incidents and over the
+        frontier; Python objects only for the incidents that enter the top k."""
         n = len(eids)
         if n == 0:
             return [], []
         eids = np.asarray(eids, dtype=object)
         ts = np.asarray(ts_ns, dtype=np.int64)
         scores = np.asarray(scores, dtype=np.float64)
-        keys = np.asarray(keys, dtype=object)
-        g = groups if groups is not None else chunk_groups(keys, ts, eids, self.rule, self.distinct_keys)
+        g = groups if groups is not None else chunk_groups(np.asarray(keys, dtype=object), ts, eids, self.rule,
+                                                           self.distinct_keys)
+        src = self._next
+        self._next += 1
+        self._sources[src] = (contexts, surrounding or None)
         best = g.best(scores)
-        step = self.rule.step_ns
+        rep = g.representatives(scores, best)
+        m = g.m
+        track = self._tracking = self._tracking or bool(surrounding)
+        if track and surrounding:
+            parts = _objs([[(src, e.tolist())] for e in np.split(eids[g.order], g.starts[1:-1])])
+        else:
+            parts = np.full(m, None, dtype=object)
+        c = _Incidents(g.key, g.ids, best, ts[rep], eids[rep], g.first_ns.copy(),
+                       g.last_ns.copy(), g.count.astype(np.int64), np.zeros(m, dtype=bool), np.full(m, src), parts)
         # 1. links: the newest incident of a frontier key joins that key's frontier incident
-        fkeys = list(self.frontier)
-        pos = pd.Index(fkeys, dtype=object).get_indexer(g.key.astype(str)) if fkeys else np.full(g.m, -1)
-        linked: dict[int, PastIncident] = {}  # chunk incident -> the newer part it joins
-        hit = np.flatnonzero(pos >= 0)
-        if hit.size:
-            newest: dict[int, int] = {}
-            for j, f in zip(hit.tolist(), pos[hit].tolist(), strict=True):
-                if f not in newest or g.last_ns[j] > g.last_ns[newest[f]]:
-                    newest[f] = j
-            for f, j in newest.items():
-                part = self.frontier[fkeys[f]]
-                if part.first_ns - int(g.last_ns[j]) <= step:
-                    linked[j] = part
-        live_j = [j for j, p in linked.items() if p.live]
-        # 2. candidates: incidents that may be in the top k now, and those an older chunk may extend
-        eff = best.copy()
-        for j, p in linked.items():
-            eff[j] = max(eff[j], p.score)
-        eff[live_j] = 0.0
-        want = set(linked)
-        pos_idx = np.flatnonzero(eff > 0)
-        if pos_idx.size > self.k:
-            kth = np.partition(eff[pos_idx], pos_idx.size - self.k)[pos_idx.size - self.k]
-            pos_idx = pos_idx[eff[pos_idx] >= kth]
-        want.update(pos_idx.tolist())
-        reach = int(ts.min()) + step
-        near = np.flatnonzero(g.first_ns < reach)
-        want.update(near.tolist())
-        made = {j: self._incident(g, j, eids, ts, scores, surrounding, contexts) for j in sorted(want)}
-        renamed: dict[str, PastIncident] = {}
-        for j, part in linked.items():
-            made[j] = part.merged_into(made[j])
-            renamed[part.id] = made[j]
-            if part.live:
-                self._live = made[j].id
-        # 3. the held top k over held (as merged) and this chunk's candidates
-        pool = {q.id: q for q in (renamed.get(p.id, p) for p in self.held)}
+        f = self.frontier
+        fpos = pd.Index(f.key).get_indexer(c.key) if len(f) else np.full(m, -1)
+        idx = np.flatnonzero(fpos >= 0)
+        renamed: dict[str, int] = {}
+        if idx.size:
+            idx = idx[np.lexsort((c.last[idx], fpos[idx]))]
+            fp = fpos[idx]
+            newest = np.append(fp[1:] != fp[:-1], True)
+            j, fj = idx[newest], fp[newest]
+            ok = f.first[fj] - c.last[j] <= self.rule.step_ns
+            j, fj = j[ok], fj[ok]
+            if j.size:
+                better = (f.score[fj] > c.score[j]) | ((f.score[fj] == c.score[j]) & (
+                    (f.ts[fj] > c.ts[j]) | ((f.ts[fj] == c.ts[j]) & (f.eid[fj] < c.eid[j]).astype(bool))))
+                for col in ("score", "ts", "eid", "src"):
+                    getattr(c, col)[j] = np.where(better, getattr(f, col)[fj], getattr(c, col)[j])
+                c.last[j] = np.maximum(c.last[j], f.last[fj])
+                c.windows[j] += f.windows[fj]
+                c.live[j] |= f.live[fj]
+                if track:
+                    c.parts[j] = _objs([(a or []) + (b or []) for a, b in zip(c.parts[j].tolist(), f.parts[fj].tolist(),
+                                                                              strict=True)])
+                renamed = dict(zip(f.id[fj].tolist(), j.tolist(), strict=True))
+                for jj in j[c.live[j]].tolist():
+                    self._live = str(c.id[jj])
+        # 2. the held top k over held (as merged) and this chunk's best incidents
+        eff = np.where(c.live, 0.0, c.score)
+        cand = np.flatnonzero(eff > 0)
+        if cand.size > self.k:
+            kth = np.partition(eff[cand], cand.size - self.k)[cand.size - self.k]
+            cand = cand[eff[cand] >= kth]
+        want = set(cand.tolist()) | {renamed[p.id] for p in self.held if p.id in renamed}
+        made = {j: self._made(c, j) for j in want}
+        pool = {}
+        for p in self.held:
+            q = made[renamed[p.id]] if p.id in renamed else p
+            pool[q.id] = q
         pool.update({p.id: p for p in made.values()})
         ranked = sorted((p for p in pool.values() if p.score > 0 and not p.live), key=PastIncident.key_order)
         old_held = self.held
         self.held = ranked[: self.k]
-        # 4. the frontier: per key the oldest incident still within a step of the oldest time read
-        frontier = {k: p for k, p in self.frontier.items() if p.first_ns < reach and k not in
-                    set(g.key[pos >= 0].astype(str).tolist())} if fkeys else {}
-        for j in sorted(near.tolist(), key=lambda j: -int(g.first_ns[j])):
-            frontier[str(g.key[j])] = made[j]
-        self.frontier = frontier
+        # 3. the frontier: per key the oldest incident still within a step of the oldest time read
+        reach = int(ts.min()) + self.rule.step_ns
+        near = np.flatnonzero(c.first < reach)
+        near = near[np.argsort(c.first[near], kind="stable")]
+        near = near[~pd.Index(c.key[near]).duplicated()]
+        in_chunk = np.zeros(len(f), dtype=bool)
+        in_chunk[fpos[fpos >= 0]] = True
+        self.frontier = _Incidents.concat(f.take(np.flatnonzero(~in_chunk & (f.first < reach))), c.take(near))
+        keep = set(self.frontier.src.tolist()) | {-1}
+        self._sources = {s: v for s, v in self._sources.items() if s in keep}
         was = {p.id: p for p in old_held}
         now = {p.id: p for p in self.held}
         deleted = [p for p in old_held if p.id not in now or not now[p.id].same(p)]
         inserted = [p for p in self.held if p.id not in was or not was[p.id].same(p)]
         return deleted, inserted
 
-    def _incident(self, g: ChunkGroups, j: int, eids: np.ndarray, ts: np.ndarray, scores: np.ndarray,
-                  surrounding: Mapping | None, contexts: Mapping | None) -> PastIncident:
-        rows = g.order[g.starts[j]:g.starts[j + 1]]
-        r = min(rows.tolist(), key=lambda i: (-scores[i], -ts[i], eids[i]))
-        parts = [(surrounding, [str(e) for e in eids[rows].tolist()])] if surrounding else []
-        return PastIncident(str(g.ids[j]), float(scores[r]), int(ts[r]), str(eids[r]), int(g.first_ns[j]),
-                            int(g.last_ns[j]), int(rows.shape[0]), str(g.key[j]), False, contexts, parts)
+    def _made(self, c: _Incidents, j: int) -> PastIncident:
+        contexts = self._sources[int(c.src[j])][0]
+        parts = [(self._sources[s][1] or {}, e) for s, e in c.parts[j]] if c.parts[j] else []
+        return PastIncident(str(c.id[j]), float(c.score[j]), int(c.ts[j]), str(c.eid[j]), int(c.first[j]),
+                            int(c.last[j]), int(c.windows[j]), str(c.key[j]), bool(c.live[j]), contexts, parts)
 
 
 def resolution_of(inc: PastIncident, recorded: Mapping[str, str] | None = None) -> str | None:

@@ -281,7 +281,10 @@ class SimilarityRecall:
             return []
         scores = state.scorer.score(chunk).scores
         eids, ts, keys = chunk.eids, chunk.ts, ix.keys.get("key")
-        keys = np.where(pd.isna(keys), "", keys) if self.incident_rule and keys is not None else eids
+        if self.incident_rule and keys is not None:
+            keys = ix.memo("keys", lambda: np.where(pd.isna(keys), "", keys))
+        else:
+            keys = eids
         rule, distinct = self._rule(), self.incident_rule is None
         groups = None
         if keep.all():  # the chunk's incidents depend on the chunk alone: found once, kept with it
@@ -314,7 +317,7 @@ class SimilarityRecall:
              recorded: Mapping[str, str]) -> dict[str, Any]:
         context = p.context
         table = state.scorer.table
-        why = explain(table, state.spec.extra.get("context", []), context)
+        why = explain(table, state.scorer.bag, context)
         return {"incident": p.id, "past_eid": p.eid, "past_ts": pd.Timestamp(p.ts, tz="UTC").isoformat(),
                 "score": float(p.score), "windows": p.windows,
                 "start": pd.Timestamp(p.first_ns, tz="UTC").isoformat(),

@@ -2,7 +2,8 @@
 
 :class:`ChunkSource` hands the operator a :class:`similarity.index.ChunkIndex` per chunk:
 
-1. from its bounded LRU memory cache (:class:`similarity.index_cache.IndexCache`);
+1. from its bounded memory cache (:class:`similarity.index_cache.IndexCache`), which
+   evicts the oldest chunks first (tasks read newest first, see there);
 2. else, for a *sealed* chunk (no stream of the operator holds it in the present tier),
    from the persisted index (:class:`archive.simindex.IndexStore`); a missing entry is
    built once from the chunk's archived rows, vectorised, and persisted; a corrupt one
@@ -44,7 +45,7 @@ class ChunkSource:
     def __init__(self, op: Any, cache_bytes: int = DEFAULT_CACHE_BYTES, persist: bool = True) -> None:
         self.op = op
         self.streams: tuple[str, ...] = (op.event_stream, *op.context_streams, *op.surrounding_streams)
-        self.cache = IndexCache(cache_bytes)
+        self.cache = IndexCache(cache_bytes, keep=lambda chunk_id: chunk_id)  # oldest history out first
         self.builds = self.loads = self.corrupt = 0
         self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0

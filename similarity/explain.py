@@ -24,13 +24,14 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from similarity.idf import IdfTable, cosine
-from similarity.terms import Context
+from similarity.idf import IdfTable
+from similarity.terms import Context, ContextBag
 
 
 @dataclass(frozen=True)
@@ -62,28 +63,34 @@ class Explanation:
         return self.terms[:n]
 
 
-def explain(table: IdfTable, context: Context, past_context: Context) -> Explanation:
-    """Split SIM(context, past_context) under ``table`` (M 3.5) into term shares."""
-    q, p = table.bag(context), table.bag(past_context)
-    nq, np_ = table.norm(q), table.norm(p)
+def explain(table: IdfTable, context: Context | ContextBag, past_context: Context | ContextBag) -> Explanation:
+    """Split SIM(context, past_context) under ``table`` (M 3.5) into term shares. Either
+    context may be given as its :class:`~similarity.terms.ContextBag` already (a recall
+    task explains many past contexts against one new one). ``score`` is computed as
+    :func:`similarity.idf.cosine` computes it, from the same weights."""
+    q = context if isinstance(context, ContextBag) else table.bag(context)
+    p = past_context if isinstance(past_context, ContextBag) else table.bag(past_context)
+    wq, wp = table.weights(q), table.weights(p)
+    nwq, nwp = table.numeric_weights(q), table.numeric_weights(p)
+    nq = math.sqrt(sum(w * w for w in wq.values()) + sum(float(np.dot(w, w)) for _, w in nwq.values()))
+    np_ = math.sqrt(sum(w * w for w in wp.values()) + sum(float(np.dot(w, w)) for _, w in nwp.values()))
     if nq == 0 or np_ == 0:
         return Explanation(0.0, ())
     scale = 1.0 / (nq * np_)
-    wq, wp = table.weights(q), table.weights(p)
     parts = [Contribution(t, w * wp[t] * scale) for t, w in wq.items() if t in wp and w * wp[t] != 0]
-    nwq, nwp = table.numeric_weights(q), table.numeric_weights(p)
+    num = sum(w * wp[t] for t, w in wq.items() if t in wp)
     for attr, (v1, x1) in nwq.items():
         if attr not in nwp:
             continue
         v2, x2 = nwp[attr]
         k = table.numeric[attr].kernel(v1[:, None] - v2[None, :])
+        num += float(x1 @ k @ x2)
         pair = x1[:, None] * k * x2[None, :] * scale
         total = float(pair.sum())
         if total == 0:
             continue
         i, j = np.unravel_index(int(np.argmax(pair)), pair.shape)
         parts.append(Contribution(attr, total, float(v1[i]), float(v2[j]), float(k[i, j])))
-    score = cosine(q, p, table)
-    if score == 0.0:
+    if num <= 0:
         return Explanation(0.0, ())
-    return Explanation(score, tuple(sorted(parts, key=lambda c: (-c.share, c.term))))
+    return Explanation(num / (nq * np_), tuple(sorted(parts, key=lambda c: (-c.share, c.term))))

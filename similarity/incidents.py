@@ -254,7 +254,9 @@ class ChunkGroups:
 
     ``code[i]`` is detection ``i``'s incident (0..m-1); ``order`` lists detections by
     incident, incident ``j`` owning ``order[starts[j]:starts[j + 1]]``; per incident:
-    ``ids`` (its id), ``key``, ``first_ns``, ``last_ns`` and ``count``.
+    ``ids`` (its id), ``key``, ``first_ns``, ``last_ns`` and ``count``. ``rank[i]`` is
+    detection ``i``'s place by time descending, then eid ascending (``by_rank`` the
+    inverse): the tie order of windows with equal scores.
     """
 
     code: np.ndarray
@@ -264,6 +266,8 @@ class ChunkGroups:
     key: np.ndarray
     first_ns: np.ndarray
     last_ns: np.ndarray
+    rank: np.ndarray
+    by_rank: np.ndarray
 
     @property
     def m(self) -> int:
@@ -278,6 +282,15 @@ class ChunkGroups:
         if self.m == 0:
             return np.zeros(0)
         return np.maximum.reduceat(np.asarray(scores, dtype=np.float64)[self.order], self.starts[:-1])
+
+    def representatives(self, scores: np.ndarray, best: np.ndarray) -> np.ndarray:
+        """Each incident's best window (a detection index): highest score, then newest,
+        then smallest eid."""
+        if self.m == 0:
+            return np.zeros(0, dtype=np.int64)
+        s = np.asarray(scores, dtype=np.float64)[self.order]
+        r = np.where(s == np.repeat(best, self.count), self.rank[self.order], self.rank.shape[0])
+        return self.by_rank[np.minimum.reduceat(r, self.starts[:-1])]
 
 
 def chunk_groups(keys: Sequence[Any], ts_ns: np.ndarray, eids: Sequence[Any], rule: IncidentRule,
@@ -295,9 +308,14 @@ def chunk_groups(keys: Sequence[Any], ts_ns: np.ndarray, eids: Sequence[Any], ru
     eids = np.asarray(eids, dtype=object)
     keys = np.asarray(keys, dtype=object)
     n = ts.shape[0]
+    if not all(isinstance(k, str) for k in keys.tolist()):  # keys as text, as group() reads them
+        keys = pd.Series(keys, dtype=object).astype(str).to_numpy(dtype=object)
+    by_rank = np.lexsort((pd.factorize(eids, sort=True)[0], -ts)) if n else np.zeros(0, dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_rank] = np.arange(n)
     if distinct_keys or n == 0:
         ar = np.arange(n)
-        return ChunkGroups(ar, ar, np.arange(n + 1), eids.copy(), keys.copy(), ts.copy(), ts.copy())
+        return ChunkGroups(ar, ar, np.arange(n + 1), eids.copy(), keys.copy(), ts.copy(), ts.copy(), rank, by_rank)
     ids = group(keys, ts.astype("datetime64[ns]"), eids, rule)
     code, uniq = pd.factorize(ids)
     order = np.argsort(code, kind="stable")
@@ -305,4 +323,4 @@ def chunk_groups(keys: Sequence[Any], ts_ns: np.ndarray, eids: Sequence[Any], ru
     starts = np.concatenate([[0], np.cumsum(counts)])
     t = ts[order]
     return ChunkGroups(code, order, starts, np.asarray(uniq, dtype=object), keys[order[starts[:-1]]],
-                       np.minimum.reduceat(t, starts[:-1]), np.maximum.reduceat(t, starts[:-1]))
+                       np.minimum.reduceat(t, starts[:-1]), np.maximum.reduceat(t, starts[:-1]), rank, by_rank)

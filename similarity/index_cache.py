@@ -5,6 +5,12 @@ hashable key. After each :meth:`IndexCache.put` the bytes held are at most ``bud
 least recently used entries are evicted first, and an entry larger than the whole budget
 is not kept at all (the caller still uses it once). Thread-safe. Pure: no I/O.
 
+``keep`` (optional, key -> sortable) ranks entries before recency: the lowest rank is
+evicted first, least recently used among equals. A Similarity Recall ranks chunks by
+id, so the oldest history leaves first: every task reads newest first, and under plain
+LRU a scan longer than the cache evicts each chunk just before the next task asks for
+it (no hit at all); keeping the newest chunks serves every first result from memory.
+
 >>> class X:
 ...     def __init__(self, n): self.nbytes = n
 >>> c = IndexCache(100)
@@ -14,6 +20,10 @@ True
 (['a', 'c'], 90)
 >>> c.put("huge", X(500)); "huge" in c.keys()
 False
+>>> n = IndexCache(100, keep=lambda k: k)
+>>> for k in (3, 2, 1, 4): n.put(k, X(40))
+>>> sorted(n.keys())   # the lowest-ranked (oldest chunks) went first, not the least recent
+[3, 4]
 """
 
 from __future__ import annotations
@@ -25,10 +35,11 @@ from typing import Any
 
 
 class IndexCache:
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, keep: Callable[[Hashable], Any] | None = None) -> None:
         if budget < 0:
             raise ValueError(f"index cache budget must be >= 0 bytes, got {budget!r}")
         self.budget = int(budget)
+        self.keep = keep
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
         self._lock = threading.Lock()
         self.held = 0
@@ -54,7 +65,14 @@ class IndexCache:
             if size > self.budget:
                 return
             while self._items and self.held + size > self.budget:
-                _, (_, s) = self._items.popitem(last=False)
+                if self.keep is None:
+                    _, (_, s) = self._items.popitem(last=False)
+                else:  # lowest rank first; OrderedDict order (LRU first) breaks ties, min() keeps the first
+                    victim = min(self._items, key=self.keep)
+                    if self.keep(key) < self.keep(victim):  # the newcomer ranks lowest: evicted at once
+                        self.evictions += 1
+                        return
+                    s = self._items.pop(victim)[1]
                 self.held -= s
                 self.evictions += 1
             self._items[key] = (value, size)
