@@ -127,11 +127,20 @@ class ContextChunk:
         persisted as (column, count) pairs and read back)."""
         eid_arr = np.asarray(eids)
         ts_arr = ts_key(ts)
-        m = sp.csc_matrix(tf, dtype=np.float64)
-        if m.shape[0] != eid_arr.shape[0] or ts_arr.shape[0] != eid_arr.shape[0]:
+        if tf.shape[0] != eid_arr.shape[0] or ts_arr.shape[0] != eid_arr.shape[0]:
             raise SimilarityError(
-                f"TF matrix has {m.shape[0]} rows for {eid_arr.shape[0]} eids and {ts_arr.shape[0]} timestamps"
+                f"TF matrix has {tf.shape[0]} rows for {eid_arr.shape[0]} eids and {ts_arr.shape[0]} timestamps"
             )
+        if sp.issparse(tf) and tf.format == "csr":  # one conversion: CSR (canonical) -> CSC
+            r = sp.csr_matrix(tf, dtype=np.float64)
+            r.sum_duplicates()
+            if r.nnz and r.data.min() < 0:
+                raise SimilarityError("TF values must be >= 0")
+            sq = sp.csr_matrix((r.data * r.data, r.indices, r.indptr), shape=r.shape)
+            m = r.tocsc()
+            m.sort_indices()
+            return cls(eids=eid_arr, ts=ts_arr, tf=m, tf_sq=sq, numeric=dict(numeric or {}))
+        m = sp.csc_matrix(tf, dtype=np.float64)
         m.sum_duplicates()
         m.sort_indices()
         if m.nnz and m.data.min() < 0:
