@@ -88,8 +88,15 @@ def targets(data: dict) -> list[dict]:
     else:
         missing("cancel storm", "all cancelled within 1 s, 0 leaks")
     if (d := r.get("disk_pressure")) is not None:
-        out.append(target("disk pressure: data directory on a full tmpfs", "clear error, no corrupt checkpoint, recovers",
-                          d["summary"], d["ok"]))
+        out.append(target(f"disk pressure: data directory on a full tmpfs ({d['tmpfs']})",
+                          "clear error, no corrupt checkpoint, recovers",
+                          f"{d['lost']} lost, {d['duplicated']} duplicated of {d['rows_expected']} rows; "
+                          f"{d['events']}/{d['events_expected']} events, {d['events_duplicated']} duplicated; "
+                          f"{d['clear_error_lines']} line(s) naming the full data directory, {d['traceback_lines']} "
+                          f"traceback lines; paused {d['paused_after_s']} s after it filled, resumed "
+                          f"{d['resumed_after_s']} s after space returned; restart from the checkpoints: "
+                          f"{'failed' if d['restart_failed'] else 'clean'}, {len(d['empty_checkpoint_files'])} "
+                          f"empty checkpoint files", bool(d["ok"])))
     else:
         missing("disk pressure: data directory on a full tmpfs", "clear error, no corrupt checkpoint, recovers")
     return out

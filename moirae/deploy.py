@@ -239,6 +239,11 @@ class DeployManager:
         flow.start(str(e.checkpoint_dir(flow.stream)),
                    f"{int(e.settings.spark.trigger.total_seconds() * 1000)} milliseconds")
 
+    def restart_flow(self, flow: EventFlow) -> None:
+        """Start a stopped (or failed) event-query again from its checkpoint."""
+        flow.stop()
+        self._start_flow(flow)
+
     def stop(self) -> None:
         for flow in self.flows.values():
             flow.stop()

@@ -25,9 +25,11 @@ from archive.spark_sink import archive_batches, prepare_batch, spec_from_spark_s
 from moirae import config as config_mod
 from moirae.config import Settings
 from moirae.deploy import DeployManager
+from moirae.errorlog import log_dir
 from moirae.persist import contributing_view
 from moirae.spark import spark_session
 from moirae.store import database_dsn
+from moirae.supervise import LiveQuery, Supervisor
 from scheduler.errors import MoiraeError
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,8 @@ class Engine:
         self._caught_up: dict[str, float] = {}  # stream -> start of its last empty archive batch
         self.waits = {"count": 0, "timed_out": 0, "caught_up_idle": 0, "seconds": 0.0, "timeouts_by_stream": {}}
         self.deploy = DeployManager(self)
+        self.supervisor = Supervisor(self.data_dir, self._live_queries)
+        self._supervising: threading.Thread | None = None
 
     @classmethod
     def from_config(cls, path: str | os.PathLike | None = None, **overrides: Any) -> Engine:
@@ -80,7 +84,11 @@ class Engine:
     def spark(self):
         if self._spark is None:
             s = self.settings.spark
-            self._spark = spark_session(s.master, "moirae", s.ui, s.shuffle_partitions)
+            # Spark's temporary files and its log live in the data directory, beside the
+            # checkpoints (a new session's only: a running one keeps its own)
+            self._spark = spark_session(s.master, "moirae", s.ui, s.shuffle_partitions,
+                                        extra={"spark.local.dir": str(self.data_dir / "spark-tmp")},
+                                        log_file=log_dir(self.data_dir) / "spark.log")
         return self._spark
 
     def checkpoint_dir(self, name: str) -> Path:
@@ -235,10 +243,12 @@ class Engine:
             upto = {s: t.isoformat() for s, t in self._archived_upto.items()}
             waits["now"] = [{"until": ts.isoformat(), "streams": streams} for ts, streams in self._waiting.values()]
         flows = {n: {"events": f.events_seen, "seconds": f.timings()} for n, f in self.deploy.flows.items()}
+        disk = self.supervisor.status()
         w = self.deploy.worker
         worker = {"running": w.running, "pending_batches": w.pending(), "batches": w.batches, "errors": w.errors,
                   "last_error": w.last_error}
-        return {"archive_waits": waits, "archived_upto": upto, "event_queries": flows, "event_worker": worker}
+        return {"archive_waits": waits, "archived_upto": upto, "event_queries": flows, "event_worker": worker,
+                "queries": disk}
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -252,19 +262,48 @@ class Engine:
         self._stop.clear()
         self._maintenance = threading.Thread(target=self._maintain, name="moirae-maintenance", daemon=True)
         self._maintenance.start()
+        self._supervising = threading.Thread(target=self._supervise, name="moirae-supervisor", daemon=True)
+        self._supervising.start()
         return self
 
     def run_for(self, seconds: float | None) -> None:
-        """Block until ``seconds`` pass (None: until a query fails or Ctrl-C)."""
+        """Block until ``seconds`` pass (None: until a query fails or Ctrl-C). A query
+        stopped by a full data directory is not a failure: it is paused and resumed
+        (:mod:`moirae.supervise`)."""
         deadline = None if seconds is None else time.monotonic() + seconds
         while deadline is None or time.monotonic() < deadline:
+            failed = self.supervisor.check()
             for src in self._sources.values():
-                if src.query is not None and src.query.exception() is not None:
-                    raise EngineError(f"live query of source {src.name!r} failed: {src.query.exception()}")
+                if f"archive_{src.name}" in failed:
+                    raise EngineError(f"live query of source {src.name!r} failed: {failed[f'archive_{src.name}']} "
+                                      f"(details in {log_dir(self.data_dir) / 'spark.log'})")
             time.sleep(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+
+    def _live_queries(self) -> list[LiveQuery]:
+        """The live streaming queries now, for the supervisor."""
+        out = [LiveQuery(f"archive_{src.name}", src.query, self.checkpoint_dir(src.name),
+                         lambda src=src: self._start_source(src)) for src in self._sources.values()]
+        for flow in self.deploy.flows.values():
+            restart = lambda flow=flow: self.deploy.restart_flow(flow)  # noqa: E731
+            out.append(LiveQuery(f"event_{flow.query.name}", flow.streaming, self.checkpoint_dir(flow.stream),
+                                 restart))
+            if flow.ankn_streaming is not None:
+                out.append(LiveQuery(f"ankn_{flow.query.name}", flow.ankn_streaming,
+                                     Path(f"{self.checkpoint_dir(flow.stream)}-ankn"), restart))
+        return out
+
+    def _supervise(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.supervisor.check()
+            except Exception as exc:  # keep watching; the next round retries
+                log.warning("moirae: supervising the live queries failed: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()
+        if self._supervising is not None:  # first: it must not restart a query being stopped
+            self._supervising.join(timeout=10)
+        self.supervisor.paused.clear()  # stopped: nothing to resume
         for name in self._sources:
             self.watermark(name)  # remember the last watermarks before the queries go
         self.deploy.stop()

@@ -5,7 +5,9 @@ its traceback under an *error id*; the user sees one line naming the id and the 
 (the CLI, :mod:`moirae.cli`) or a JSON answer carrying the id (the HTTP API,
 :mod:`moirae.api.guard`). Tracebacks never reach the alert output of ``moirae run``.
 
-Log files live in ``<data_dir>/logs`` (``MOIRAE_LOG_DIR`` overrides it).
+Log files live in ``<data_dir>/logs`` (``MOIRAE_LOG_DIR`` overrides it). A log file that
+cannot be written (a full disk) is said once, in one line on stderr, not with a
+traceback per record (:class:`QuietFileHandler`); writing resumes when it can.
 
 >>> len(new_error_id()), new_error_id() != new_error_id()
 (12, True)
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -31,6 +34,45 @@ def log_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     path = path.resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+class QuietFileHandler(logging.FileHandler):
+    """A ``FileHandler`` (opened on the first record) whose write failures (OSError: a
+    full disk, a removed directory) are reported once, in one line on stderr, instead
+    of a traceback per record; the file is reopened with the next record, so logging
+    resumes by itself once the file can be written again."""
+
+    def __init__(self, filename, encoding: str | None = "utf-8") -> None:
+        super().__init__(filename, encoding=encoding, delay=True)
+        self.failing = False
+        self.lost = 0
+        self._failed_now = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._failed_now = False
+        super().emit(record)
+        if self.failing and not self._failed_now:
+            self.failing = False
+            sys.stderr.write(f"moirae: the log file {self.baseFilename} is writable again "
+                             f"({self.lost} record(s) were lost)\n")
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        self._failed_now = True
+        self.lost += 1
+        if not self.failing:
+            self.failing = True
+            sys.stderr.write(f"moirae: cannot write the log file {self.baseFilename}: "
+                             f"{exc.strerror or exc}; its records are lost until it can be written\n")
+        stream, self.stream = self.stream, None  # reopened with the next record
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
 
 
 def new_error_id() -> str:
@@ -52,7 +94,7 @@ def file_logger(name: str, path: Path) -> logging.Logger:
             h.close()
         else:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
-            handler = logging.FileHandler(target, encoding="utf-8", delay=True)
+            handler = QuietFileHandler(target)
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)
         logger.setLevel(logging.INFO)
@@ -99,7 +141,7 @@ def route_logging(path: Path, stream=None) -> None:
             root.removeHandler(h)
             h.close()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    to_file = logging.FileHandler(path, encoding="utf-8", delay=True)
+    to_file = QuietFileHandler(path)
     to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     to_file.setLevel(logging.INFO)
     to_term = logging.StreamHandler(stream if stream is not None else sys.stderr)

@@ -3,6 +3,11 @@
 The master comes from configuration (default ``local[2]``). Logs are quiet, the UI is
 off unless asked for, and shuffles are small, because micro-batches here are small and
 Spark's default of 200 shuffle partitions would dominate every trigger.
+
+With ``log_file`` the JVM's own log (Spark's warnings and errors, with their Java stack
+traces) goes to that file only, never to the terminal: a failing query is reported by
+the engine in one line that names the log (issue 12 §4 and §6). A log file that cannot
+be written (a full disk) loses those lines quietly; the engine's report still comes.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from scheduler.errors import MoiraeError
 
@@ -38,9 +44,39 @@ def java_major_version() -> int:
     raise JavaMissing(f"could not read the Java version from {text.strip()!r}")
 
 
+LOG4J2 = """status = off
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {path}
+appender.file.append = true
+appender.file.ignoreExceptions = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+
+
+def _log4j_options(log_file) -> str:
+    """JVM options sending Spark's log to ``log_file`` only; empty if the configuration
+    cannot be written, or its path has a space (the options are split on spaces): the
+    JVM then logs to the terminal as by default."""
+    path = Path(log_file).resolve()
+    conf = path.with_name("log4j2-spark.properties")
+    if " " in str(conf):
+        return ""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(LOG4J2.format(path=str(path).replace("\\", "/")))
+    except OSError:
+        return ""
+    return f" -Dlog4j2.configurationFile=file:{conf}"
+
+
 def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool = False,
-                  shuffle_partitions: int = 2, extra: dict[str, str] | None = None):
-    """Return (creating if needed) the process's SparkSession, configured for Moirae."""
+                  shuffle_partitions: int = 2, extra: dict[str, str] | None = None, log_file=None):
+    """Return (creating if needed) the process's SparkSession, configured for Moirae.
+    ``log_file``: where the JVM logs (instead of the terminal); only a new session's."""
     # Python workers (UDFs, Python data sources) must run this interpreter, with its
     # packages, not whatever `python3` is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -62,7 +98,7 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         # Spark matches a failed foreachBatch's (long) Python traceback against a regex
         # when a streaming query stops mid-batch; with the default 512 KB thread stack
         # java.util.regex recurses into a StackOverflowError. A larger stack lets it finish.
-        .config("spark.driver.extraJavaOptions", "-Xss16m")
+        .config("spark.driver.extraJavaOptions", "-Xss16m" + (_log4j_options(log_file) if log_file else ""))
     )
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)

@@ -28,7 +28,7 @@ ananke.ank1 ananke.graph ananke.ids ananke.items ananke.spark_adapter
 archive.abc archive.chunks archive.copy archive.history archive.names archive.pg archive.types archive.validate
 moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.errorlog moirae.incidents
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
-moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.views
+moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.views
 recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.revision_ops
 recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.model

@@ -1,0 +1,45 @@
+"""A child process running the small scenario's engine for the disk pressure test.
+
+Usage: python disk_child.py DATA_DIR DSN SCHEMA FOLDER CONTROL
+
+Logs as ``moirae`` commands do (everything to ``DATA_DIR/logs/engine.log``, warnings as
+one line on stderr), archives the CSV files appearing in FOLDER and runs the overload
+event-query on them, printing one ``STATUS {json}`` line per half second (the
+supervisor's view of the live queries). It stops, closing the engine, when the file
+CONTROL/stop appears.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "moirae"))
+import scenario_small as sc  # noqa: E402
+
+from moirae import Engine  # noqa: E402
+from moirae.errorlog import log_dir, route_logging  # noqa: E402
+
+
+def main(data_dir: str, dsn: str, schema: str, folder: str, control: str) -> None:
+    route_logging(log_dir(data_dir) / "engine.log")
+    engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m"})
+    df = engine.spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(folder)
+    engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
+    engine.event_query("overload", sc.overload, inputs=["metrics"])
+    engine.start()
+    print("STARTED", flush=True)
+    stop = Path(control) / "stop"
+    try:
+        while not stop.exists():
+            engine.run_for(0.5)
+            print("STATUS " + json.dumps(engine.live_status()["queries"], default=str), flush=True)
+    finally:
+        engine.close()
+    print("CLOSED", flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])

@@ -1,0 +1,222 @@
+"""Disk pressure (issue 12 §6): the engine's data directory on a small tmpfs that fills.
+
+What goes on the tmpfs: the whole data directory of the engine (a child process, as
+``moirae run`` would be): the Spark checkpoints of its live queries (offsets, commits,
+the window state store of the event-query), Spark's temporary files
+(``spark.local.dir``) and every log file (``engine.log``, ``spark.log``). What does not:
+PostgreSQL's data. The archive is the record that must not be lost, and a server whose
+own disk fills stops accepting writes (PostgreSQL PANICs on a failed WAL write), which
+to the engine is an outage: that path, retries with backoff and nothing lost, is the
+PostgreSQL restart test's (``test_pg_restart.py``). Here the embedded server of the
+suite (``private_pg``) keeps its data on the ordinary disk.
+
+The run: three CSV parts are archived; then a ballast file fills the tmpfs, and three
+more parts arrive while it is full; after a pause the ballast is removed and two more
+parts arrive. Expected: each stopped live query is reported in one line naming the data
+directory and that it is full, with no traceback and no Java stack on the terminal;
+the queries resume from their checkpoints by themselves once space returns; the archive
+holds every source row exactly once and the event-query's events are exactly those of
+the whole input; finally a fresh process starts from the same checkpoints without error
+and adds nothing (no corrupt checkpoint, no duplicate). Skipped, with the reason, where
+``mount -t tmpfs`` is not permitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import psycopg2
+import pytest
+from fault_helpers import record
+
+pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "moirae"))
+import scenario_small as sc  # noqa: E402
+
+SIZE = "24m"
+PARTS = 8
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mnt)], check=True,
+                       capture_output=True, text=True, timeout=30)
+    except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        reason = getattr(exc, "stderr", "") or exc
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {str(reason).strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
+
+
+class Child:
+    """The engine child: its output collected by a thread, its STATUS lines parsed."""
+
+    def __init__(self, args: list[str]) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parents[1])])}
+        env.pop("MOIRAE_PG_DSN", None)
+        env.pop("MOIRAE_LOG_DIR", None)
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "disk_child.py"), *args], cwd=HERE.parents[1],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        self.status: dict = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("STATUS "):
+                self.status = json.loads(line[7:])
+            else:
+                self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, what, timeout: float, why: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not what():
+            if self.proc.poll() is not None:
+                time.sleep(0.2)
+                raise AssertionError(f"the engine child exited ({self.proc.returncode}) waiting for {why}:\n"
+                                     + "\n".join(self.lines[-30:]))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {why}; status {self.status}; output:\n"
+                                     + "\n".join(self.lines[-30:]))
+            time.sleep(0.1)
+
+    def stop(self, control: Path, timeout: float = 90) -> int:
+        (control / "stop").touch()
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise
+        self._reader.join(10)
+        (control / "stop").unlink()
+        return rc
+
+
+def _q(dsn: str, schema: str, sql: str):
+    conn = psycopg2.connect(dsn, options=f"-c search_path={schema}")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+def _fill(path: Path) -> int:
+    """Write zeros into ``path`` until the file system is full; returns the bytes written."""
+    n = 0
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                n += f.write(b"\0" * (1 << 16))
+        except OSError:
+            pass
+        try:  # the last few hundred bytes too, so the next write anywhere fails
+            while True:
+                n += f.write(b"\0" * 512)
+        except OSError:
+            pass
+    return n
+
+
+def test_disk_pressure(private_pg, private_db, tmpfs, tmp_path):
+    dsn, schema = private_pg.dsn, private_db.schema
+    data = tmpfs / "data"
+    folder, control = tmp_path / "in", tmp_path / "control"
+    folder.mkdir()
+    control.mkdir()
+    live = sc.live(parts=PARTS)
+
+    def put(i: int) -> None:  # written aside, then renamed in: the file source never sees half a file
+        part = live[i].assign(ts=live[i]["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        part.to_csv(tmp_path / f".p{i}.csv", index=False, header=False)
+        os.replace(tmp_path / f".p{i}.csv", folder / f"p{i}.csv")
+
+    def archived() -> int:
+        rows = _q(dsn, schema, "SELECT to_regclass('metrics') IS NOT NULL")[0][0]
+        return _q(dsn, schema, "SELECT count(*) FROM metrics")[0][0] if rows else 0
+
+    args = [str(data), dsn, schema, str(folder), str(control)]
+    child = Child(args)
+    child.wait_for(lambda: "STARTED" in child.lines, 180, "the engine to start")
+    for i in range(3):
+        put(i)
+        child.wait_for(lambda i=i: archived() >= (i + 1) * len(live[0]), 90, f"part {i} to be archived")
+
+    ballast = tmpfs / "ballast"
+    filled = _fill(ballast)
+    full_at = time.monotonic()
+    before_full = len(child.lines)
+    for i in range(3, 6):
+        put(i)
+    child.wait_for(lambda: {q["query"] for q in child.status.get("paused", [])} >= {"archive_metrics",
+                                                                                  "event_overload"},
+                   90, "both live queries to be paused by the full disk")
+    paused_after_s = time.monotonic() - full_at
+    time.sleep(2)  # stays paused while the disk is full
+    assert {q["query"] for q in child.status["paused"]} >= {"archive_metrics", "event_overload"}
+    while_full = child.lines[before_full:]
+
+    ballast.unlink()
+    freed_at = time.monotonic()
+    child.wait_for(lambda: archived() >= 6 * len(live[0]) and not child.status.get("paused"), 90,
+                   "the queries to resume and archive the parts that came while the disk was full")
+    resumed_s = time.monotonic() - freed_at
+    for i in range(6, PARTS):
+        put(i)
+    child.wait_for(lambda: archived() >= PARTS * len(live[0]), 90, "the parts after the disk had room again")
+    expected = sc.expected_events(pd.concat(live))
+    child.wait_for(lambda: {r[0] for r in _q(dsn, schema, "SELECT eid FROM moirae_events")} >= expected, 60,
+                   "the events of the whole input")
+    assert child.stop(control) == 0, "\n".join(child.lines[-30:])
+
+    # a fresh process from the same checkpoints: starts cleanly, adds nothing
+    again = Child(args)
+    again.wait_for(lambda: "STARTED" in again.lines and again.status, 180, "the restarted engine")
+    time.sleep(3)
+    assert again.stop(control) == 0, "\n".join(again.lines[-30:])
+    restart_failed = again.status.get("failed") or {}
+
+    total, distinct = _q(dsn, schema, "SELECT count(*), count(DISTINCT (ts, sid)) FROM metrics")[0]
+    events = _q(dsn, schema, "SELECT eid, count(*) FROM ev_overload GROUP BY eid")
+    logged = {r[0] for r in _q(dsn, schema, "SELECT eid FROM moirae_events")}
+    output = child.lines + again.lines
+    clear = [ln for ln in while_full if "is full (No space left on device)" in ln and str(data) in ln]
+    spew = [ln for ln in output if "Traceback" in ln or ln.startswith("\tat ") or "Exception in task" in ln
+            or ln.lstrip().startswith("at org.apache")]
+    stray = sorted(str(p.relative_to(data)) for p in (data / "checkpoints").rglob("*")
+                   if p.is_file() and p.stat().st_size == 0 and not p.name.endswith((".tmp", ".crc")))
+    rows = PARTS * len(live[0])
+    figures = {"tmpfs": SIZE, "ballast_bytes": filled, "rows": int(total), "rows_expected": rows,
+               "lost": rows - int(distinct), "duplicated": int(total) - int(distinct),
+               "events": len(events), "events_expected": len(expected),
+               "events_duplicated": sum(n - 1 for _, n in events),
+               "paused_after_s": round(paused_after_s, 2), "resumed_after_s": round(resumed_s, 2),
+               "clear_error_lines": len(clear), "lines_while_full": len(while_full), "traceback_lines": len(spew),
+               "empty_checkpoint_files": stray, "restart_failed": restart_failed,
+               "messages": [ln[:300] for ln in while_full[:6]]}
+    figures["ok"] = (figures["lost"] == figures["duplicated"] == figures["events_duplicated"] == 0
+                     and {e for e, _ in events} == expected == logged and len(clear) >= 1 and not spew
+                     and not stray and not restart_failed)
+    record("disk_pressure", **figures)
+    assert total == distinct == rows, figures
+    assert {e for e, _ in events} == expected and {n for _, n in events} == {1}, figures
+    assert logged == expected, figures
+    assert clear, f"no line naming {data} and that it is full; output while full:\n" + "\n".join(while_full)
+    assert not spew, "\n".join(spew[:20])
+    assert not stray, stray
+    assert not restart_failed, restart_failed
