@@ -5,8 +5,9 @@ Usage: python disk_child.py DATA_DIR DSN SCHEMA FOLDER CONTROL
 Logs as ``moirae`` commands do (everything to ``DATA_DIR/logs/engine.log``, warnings as
 one line on stderr), archives the CSV files appearing in FOLDER and runs the overload
 event-query on them, printing one ``STATUS {json}`` line per half second (the
-supervisor's view of the live queries). It stops, closing the engine, when the file
-CONTROL/stop appears.
+supervisor's view of the live queries). When the file CONTROL/restart appears it stops
+the engine and starts it again (every live query anew from its checkpoint) and prints
+``RESTARTED``; when CONTROL/stop appears it closes the engine and exits.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ def main(data_dir: str, dsn: str, schema: str, folder: str, control: str) -> Non
     engine.event_query("overload", sc.overload, inputs=["metrics"])
     engine.start()
     print("STARTED", flush=True)
-    stop = Path(control) / "stop"
+    stop, restart = Path(control) / "stop", Path(control) / "restart"
     try:
         while not stop.exists():
             engine.run_for(0.5)
             print("STATUS " + json.dumps(engine.live_status()["queries"], default=str), flush=True)
+            if restart.exists():
+                restart.unlink()
+                engine.stop()
+                engine.start()
+                print("RESTARTED", flush=True)
     finally:
         engine.close()
     print("CLOSED", flush=True)
