@@ -111,3 +111,20 @@ class FirstOutputClock:
 
 def percentile(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def first_result(mgr, sink: FirstOutputClock, eid: str, operator: str) -> tuple[float, float]:
+    """(time to first result, submit time) in seconds of one event at the present, read
+    by ``operator``; the rest of its task is cancelled."""
+    i = int(eid.rsplit("-", 1)[-1])
+    ev = {"eid": eid, "ts": NOW - timedelta(seconds=i + 1), "host": f"h{i % HOSTS}"}
+    t0 = time.perf_counter()
+    mgr.submit(ev, operator)
+    t_submit = time.perf_counter() - t0
+    if not sink.wait_all([eid], 120) or eid not in sink.first:
+        failed = [v.error for v in mgr.tasks(eid) if v.error]
+        raise RuntimeError(f"event {eid} got no first result: {failed or 'timeout after 120 s'}")
+    ttfr = sink.first[eid] - t0
+    if eid in mgr.open_events():
+        mgr.cancel(eid)
+    return ttfr, t_submit

@@ -27,15 +27,13 @@ import argparse
 import os
 import statistics
 import time
-from datetime import timedelta
 
 from bench._recall_common import (
-    HOSTS,
-    NOW,
     FirstChunkOperator,
     FirstOutputClock,
     archive,
     database,
+    first_result,
     load_chunks,
 )
 from bench.report import exit_code, publish, target
@@ -52,21 +50,6 @@ def load(arch, chunks: int, stream: str) -> float:
     for back in range(0, chunks, BATCH_CHUNKS):
         load_chunks(arch, back, min(BATCH_CHUNKS, chunks - back), ROWS_PER_CHUNK, batch_id=back + 1, stream=stream)
     return time.perf_counter() - t
-
-
-def first_result(mgr, sink, tag: str, i: int) -> tuple[float, float]:
-    eid = f"{tag}-{i}"
-    ev = {"eid": eid, "ts": NOW - timedelta(seconds=i + 1), "host": f"h{i % HOSTS}"}
-    t0 = time.perf_counter()
-    mgr.submit(ev, "ttfr")
-    t_submit = time.perf_counter() - t0
-    if not sink.wait_all([eid], 120) or eid not in sink.first:
-        failed = [v.error for v in mgr.tasks(eid) if v.error]
-        raise RuntimeError(f"event {eid} got no first result: {failed or 'timeout after 120 s'}")
-    ttfr = sink.first[eid] - t0
-    if eid in mgr.open_events():
-        mgr.cancel(eid)
-    return ttfr, t_submit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
             for tag, mgr in mgrs.items():
                 mgr.register(FirstChunkOperator(archs[tag], name="ttfr"))
                 for w in range(3):  # warm-up, not counted
-                    first_result(mgr, sink, f"{tag}-warm", w)
+                    first_result(mgr, sink, f"{tag}-warm-{w}", "ttfr")
             for i in range(args.events):
                 for tag in (("small", "large") if i % 2 == 0 else ("large", "small")):
-                    ttfr, sub = first_result(mgrs[tag], sink, tag, i)
+                    ttfr, sub = first_result(mgrs[tag], sink, f"{tag}-{i}", "ttfr")
                     res[tag]["ttfr"].append(ttfr)
                     res[tag]["submit"].append(sub)
         finally:

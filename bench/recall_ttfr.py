@@ -35,6 +35,7 @@ from bench._recall_common import (
     FirstOutputClock,
     archive,
     database,
+    first_result,
     load_chunks,
 )
 from bench.report import exit_code, publish, target
@@ -51,22 +52,6 @@ def stream(factor: int) -> str:
 
 def template(factor: int) -> str:
     return f"SELECT count(*) AS n, avg(v) AS m FROM {stream(factor)} WHERE host = :host"
-
-
-def first_result(mgr, sink, factor: int, i: int) -> tuple[float, float]:
-    """(TTFR, submit time) of one event on the stream of size ``factor``."""
-    eid = f"x{factor}-{i}"
-    ev = {"eid": eid, "ts": NOW - timedelta(seconds=i + 1), "host": f"h{i % HOSTS}"}
-    t0 = time.perf_counter()
-    mgr.submit(ev, stream(factor))
-    t_submit = time.perf_counter() - t0
-    if not sink.wait_all([eid], 120) or eid not in sink.first:
-        failed = [v.error for v in mgr.tasks(eid) if v.error]
-        raise RuntimeError(f"event {eid} got no first result: {failed or 'timeout after 120 s'}")
-    ttfr = sink.first[eid] - t0
-    if eid in mgr.open_events():
-        mgr.cancel(eid)
-    return ttfr, t_submit
 
 
 def explain_newest(arch, db, factor: int, i: int) -> tuple[float, float]:
@@ -121,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             for f in FACTORS:
                 mgr.register(FirstChunkOperator(arch, template(f), name=stream(f)))
             for f in FACTORS:  # warm-up, not counted
-                first_result(mgr, sink, f, 10_000)
-                first_result(mgr, sink, f, 10_001)
+                first_result(mgr, sink, f"x{f}-10000", stream(f))
+                first_result(mgr, sink, f"x{f}-10001", stream(f))
             for i in range(args.events):
                 order = FACTORS[i % len(FACTORS):] + FACTORS[:i % len(FACTORS)]
                 for f in order:
-                    ttfr, sub = first_result(mgr, sink, f, i)
+                    ttfr, sub = first_result(mgr, sink, f"x{f}-{i}", stream(f))
                     res[f]["ttfr"].append(ttfr)
                     res[f]["submit"].append(sub)
                 if i % 3 == 0:
