@@ -94,13 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--json", action="store_true", help="print one JSON object")
     rp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")
 
-    for name, what in (("cancel", "cancel every recall task of an event"),
+    for name, what in (("cancel", "cancel every recall task of one or more events"),
                        ("accelerate", "give every recall task of an event more tickets")):
         sp = sub.add_parser(name, help=f"{what} (through the running engine's HTTP API)",
                             description=f"{what[0].upper()}{what[1:]}, through the HTTP API of the running "
                                         "engine (address from the configuration; token from api.token or "
                                         "MOIRAE_API_TOKEN); prints what changed.")
-        sp.add_argument("eid", metavar="EID", help="the event id")
+        if name == "cancel":
+            sp.add_argument("eid", metavar="EID", nargs="+", help="the event id (several: cancelled in one request)")
+        else:
+            sp.add_argument("eid", metavar="EID", help="the event id")
         if name == "accelerate":
             sp.add_argument("--tickets", type=_tickets, metavar="N", help="tickets to add (default: 100)")
         sp.add_argument("--config", metavar="F", help="YAML file merged over config/moirae.yaml")

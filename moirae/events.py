@@ -118,6 +118,18 @@ class EventLog:
             row = cur.fetchone()
         return EventRecord(*row[:4], context=row[4], surrounding=row[5]) if row else None
 
+    def known(self, eids: Iterable[str]) -> set[str]:
+        """Those of ``eids`` the log holds (one query)."""
+        eids = [str(e) for e in eids]
+        with self._lock:
+            found = {e for e in eids if e in self._recent}
+        rest = [e for e in eids if e not in found]
+        if rest:
+            with self.db.connection() as conn, conn.cursor() as cur:
+                cur.execute("SELECT eid FROM moirae_events WHERE eid = ANY(%s)", (rest,))
+                found.update(r[0] for r in cur.fetchall())
+        return found
+
     def list(self, event: str | None = None, since: datetime | None = None, until: datetime | None = None,
              limit: int = 50, offset: int = 0) -> list[EventRecord]:
         where, args = ["true"], []

@@ -7,6 +7,8 @@ Routes (all JSON unless noted):
   results (current and revision history), progress and provenance.
 - ``POST /api/events/{eid}/cancel`` and ``POST /api/events/{eid}/accelerate`` (optional
   body ``{"tickets": N}``): steering (M 4.4); the answer says what changed.
+- ``POST /api/events/cancel`` with body ``{"eids": [...]}``: cancel many events at once
+  (a cancel storm: one pass, one commit); the answer counts the tasks per event.
 - ``GET /api/archive/chunks?stream=``: the chunk catalog.
 - ``GET /api/scheduler/tasks``: the Recall Manager's tasks.
 - ``GET /api/stream?eid=``: server-sent events (:mod:`moirae.api.sse`).
@@ -57,6 +59,14 @@ class AccelerateBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     tickets: Annotated[int, BeforeValidator(_whole_number)] = Field(100, ge=1, le=steer.MAX_TICKETS)
+
+
+class CancelBody(BaseModel):
+    """``POST /api/events/cancel`` body: the events whose recall to cancel."""
+
+    model_config = ConfigDict(extra="forbid")
+    eids: list[Annotated[str, Field(min_length=1, max_length=1000)]] = Field(min_length=1,
+                                                                            max_length=steer.MAX_BULK)
 
 
 def parse_time(name: str, text: str | None) -> datetime | None:
@@ -126,7 +136,7 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
             raise HTTPException(404, str(exc)) from None
         except steer.EngineNotRunning as exc:
             raise HTTPException(409, str(exc)) from None
-        except steer.BadTickets as exc:
+        except (steer.BadTickets, steer.BadEids) as exc:
             raise HTTPException(422, str(exc)) from None
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -148,6 +158,10 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
     @app.get("/api/events/{eid}", response_model=m.EventDetail)
     def get_event(eid: str) -> dict[str, Any]:
         return event_or_404(eid)
+
+    @app.post("/api/events/cancel", dependencies=[Depends(require_token)], response_model=m.SteerManyResult)
+    def cancel_many(body: CancelBody) -> dict[str, Any]:
+        return steering(steer.cancel_many, body.eids)
 
     @app.post("/api/events/{eid}/cancel", dependencies=[Depends(require_token)], response_model=m.SteerResult)
     def cancel(eid: str) -> dict[str, Any]:

@@ -73,6 +73,9 @@ class ApiClient:
     def cancel(self, eid: str) -> dict[str, Any]:
         return self.request("POST", f"/api/events/{urllib.parse.quote(eid, safe='')}/cancel")
 
+    def cancel_many(self, eids: list[str]) -> dict[str, Any]:
+        return self.request("POST", "/api/events/cancel", {"eids": list(eids)})
+
     def accelerate(self, eid: str, tickets: int | None = None) -> dict[str, Any]:
         body = None if tickets is None else {"tickets": tickets}
         return self.request("POST", f"/api/events/{urllib.parse.quote(eid, safe='')}/accelerate", body)

@@ -98,6 +98,17 @@ class SteerResult(_Open):
     tasks: list[Any]
 
 
+class SteerManyResult(_Open):
+    """What a bulk cancel changed: cancelled tasks per event, events with nothing open."""
+
+    action: str
+    changed: bool
+    cancelled: int
+    events: dict[str, int]
+    not_open: list[str]
+    message: str
+
+
 class Chunk(_Open):
     stream: str
     chunk_id: int

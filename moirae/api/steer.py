@@ -1,5 +1,7 @@
 """Steering through the API (DESIGN.md §1 "Operators steering history work", M 4.4):
 cancel an event's recall, or give its tasks more tickets. Both report what changed.
+:func:`cancel_many` cancels many events in one call (a cancel storm: one pass over the
+scheduler and one commit, :meth:`moirae.Engine.cancel_many`).
 
 The work is the engine's (:meth:`moirae.Engine.cancel`, :meth:`moirae.Engine.accelerate`);
 these functions only check the event exists, take the task table before and after, and
@@ -14,6 +16,7 @@ from moirae import views
 from scheduler.errors import MoiraeError, UnknownEvent
 
 MAX_TICKETS = 1_000_000
+MAX_BULK = 10_000
 
 
 class NoSuchEvent(MoiraeError, LookupError):
@@ -26,6 +29,10 @@ class EngineNotRunning(MoiraeError, RuntimeError):
 
 class BadTickets(MoiraeError, ValueError):
     """An accelerate amount that is not a positive integer up to MAX_TICKETS (HTTP 422)."""
+
+
+class BadEids(MoiraeError, ValueError):
+    """A bulk request's event ids that are not 1 to MAX_BULK strings (HTTP 422)."""
 
 
 def _check(engine, eid: str) -> None:
@@ -53,6 +60,30 @@ def cancel(engine, eid: str) -> dict[str, Any]:
     msg = (f"cancelled {n} recall task(s) of event {eid}" if n
            else f"event {eid} has no open recall task: nothing to cancel")
     return {"eid": eid, "action": "cancel", "changed": n > 0, "cancelled": n, "tasks": gone, "message": msg}
+
+
+def cancel_many(engine, eids: list[str]) -> dict[str, Any]:
+    """Cancel every open recall task of each event in ``eids`` at once. Every id must
+    be in the event log (else nothing is done: NoSuchEvent names the unknown ones);
+    events with nothing open are listed in ``not_open``."""
+    if not isinstance(eids, list) or not 1 <= len(eids) <= MAX_BULK or not all(isinstance(e, str) for e in eids):
+        raise BadEids(f"eids must be a list of 1 to {MAX_BULK} event ids (strings), got "
+                      f"{type(eids).__name__} of {len(eids) if isinstance(eids, list) else '?'}")
+    eids = list(dict.fromkeys(eids))
+    unknown = [e for e in eids if e not in engine.deploy.events.known(eids)]
+    if unknown:
+        shown = ", ".join(repr(e) for e in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise NoSuchEvent(f"no event {shown} in the event log; nothing was cancelled")
+    if not views.running(engine):
+        raise EngineNotRunning(f"no engine is running in this process; cannot steer {len(eids)} event(s) "
+                               "(start one with `moirae run`)")
+    counts = engine.cancel_many(eids)
+    n = sum(counts.values())
+    not_open = [e for e in eids if not counts.get(e)]
+    msg = (f"cancelled {n} recall task(s) of {sum(1 for c in counts.values() if c)} event(s)"
+           + (f"; {len(not_open)} event(s) had no open recall task" if not_open else ""))
+    return {"action": "cancel", "changed": n > 0, "cancelled": n, "events": counts, "not_open": not_open,
+            "message": msg}
 
 
 def check_tickets(tickets: Any) -> int:

@@ -1,5 +1,6 @@
-"""``moirae cancel EID`` and ``moirae accelerate EID [--tickets N]``: steer a running
-engine through its HTTP API (M 4.4; DESIGN.md §4 flow 6) and print what changed.
+"""``moirae cancel EID [EID ...]`` and ``moirae accelerate EID [--tickets N]``: steer a
+running engine through its HTTP API (M 4.4; DESIGN.md §4 flow 6) and print what
+changed. Several event ids are cancelled in one request (``POST /api/events/cancel``).
 
 The address is the configuration's ``api.host`` / ``api.port``; the token comes from
 ``MOIRAE_API_TOKEN`` or ``api.token``. When nothing listens there, one line says no
@@ -25,6 +26,8 @@ def _report(result: dict, as_json: bool) -> int:
         print(json.dumps(result))
         return 0
     print(f"moirae: {result['message']}")
+    for eid, n in (result.get("events") or {}).items():
+        print(f"  {eid}: {n} task(s) cancelled")
     for t in result.get("tasks", []):
         if isinstance(t, dict):
             print(f"  {t['task_id']} ({t['operator']}): tickets {t['tickets_before']} -> {t['tickets_after']}, "
@@ -36,7 +39,9 @@ def _report(result: dict, as_json: bool) -> int:
 
 @command("cancel")
 def cancel(args) -> int:
-    return _report(_client(args).cancel(args.eid), args.json)
+    eids = args.eid if isinstance(args.eid, list) else [args.eid]
+    client = _client(args)
+    return _report(client.cancel(eids[0]) if len(eids) == 1 else client.cancel_many(eids), args.json)
 
 
 @command("accelerate")

@@ -44,6 +44,8 @@ def test_mutations_need_the_bearer_token(engine, host):
             res = client.post(path, headers=headers)
             assert res.status_code == 401, (path, headers, res.text)
             assert res.headers["www-authenticate"] == "Bearer"
+        res = client.post("/api/events/cancel", json={"eids": ["a"]}, headers=headers)
+        assert res.status_code == 401, (headers, res.text)
     assert [t.tickets for t in engine.deploy.manager.tasks("a")] == [100]  # nothing changed
     assert client.get("/api/events/a").status_code == 200  # reads need no token
     assert client.get("/api/scheduler/tasks").status_code == 200

@@ -108,3 +108,33 @@ def test_tickets_add_up_over_accelerations(engine, client, amounts):
         assert body["tasks"][0]["tickets_after"] - body["tasks"][0]["tickets_before"] == n
     wait_for(lambda: _tickets(engine, eid) == [before + sum(amounts)], what="tickets summed")
     client.post(f"/api/events/{eid}/cancel")
+
+
+def test_bulk_cancel_ends_the_named_events_only_in_one_request(engine, client):
+    _open(engine, "a", "b", "c")
+    res = client.post("/api/events/cancel", json={"eids": ["a", "c", "a"]})
+    assert res.status_code == 200, res.text
+    body = res.json()
+    assert body["events"] == {"a": 1, "c": 1} and body["cancelled"] == 2 and body["changed"] is True
+    assert body["not_open"] == [] and "cancelled 2 recall task(s) of 2 event(s)" in body["message"]
+    assert engine.deploy.manager.open_events() == ["b"]
+    assert {r.eid for r in engine.deploy.events.open_events()} >= {"b"}
+    assert not {"a", "c"} & {r.eid for r in engine.deploy.events.open_events()}, "a restart would resume them"
+    again = client.post("/api/events/cancel", json={"eids": ["a", "b"]}).json()
+    assert again["events"] == {"b": 1} and again["not_open"] == ["a"]
+
+
+@pytest.mark.parametrize("body", [{"eids": []}, {"eids": "a"}, {"eids": [1]}, {"eids": [""]}, {"eid": ["a"]},
+                                  {"eids": ["a"], "extra": 1}, ["a"], {"eids": ["a"] * 10_001}])
+def test_bad_bulk_cancel_bodies_are_422_and_change_nothing(engine, client, body):
+    _open(engine, "a")
+    res = client.post("/api/events/cancel", json=body)
+    assert res.status_code == 422, (str(body)[:80], res.text[:300])
+    assert engine.deploy.manager.open_events() == ["a"]
+
+
+def test_bulk_cancel_with_an_unknown_event_is_404_naming_it_and_cancels_nothing(engine, client):
+    _open(engine, "a")
+    res = client.post("/api/events/cancel", json={"eids": ["a", "nope"]})
+    assert res.status_code == 404 and "'nope'" in res.json()["detail"] and "nothing was cancelled" in res.json()["detail"]
+    assert engine.deploy.manager.open_events() == ["a"]

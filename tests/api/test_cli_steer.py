@@ -81,6 +81,24 @@ def test_cli_accelerates_and_cancels_through_the_api(engine, tmp_path, run_cli):
 
 @pytest.mark.postgres
 @EMBEDDED
+def test_cli_cancels_several_events_in_one_request(engine, tmp_path, run_cli):
+    for i, eid in enumerate(("ev:1", "ev:2", "ev:3")):
+        add_event(engine, eid, 170 - i)
+    wait_for(lambda: all(suspended(engine, e) for e in ("ev:1", "ev:2", "ev:3")), what="suspended")
+    with serve(engine, host="127.0.0.1", port=0) as server:
+        cfg = _config(tmp_path, server.port)
+        res = run_cli("cancel", "ev:1", "ev:3", "--config", cfg)
+        assert res.returncode == 0, res.stderr
+        assert "cancelled 2 recall task(s) of 2 event(s)" in res.stdout and "  ev:3: 1 task(s) cancelled" in res.stdout
+        assert engine.deploy.manager.open_events() == ["ev:2"]
+        res = run_cli("cancel", "ev:2", "nope", "--config", cfg)
+        assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+            "moirae: error: POST /api/events/cancel: HTTP 404: no event 'nope' in the event log; nothing was cancelled"]
+        assert engine.deploy.manager.open_events() == ["ev:2"]
+
+
+@pytest.mark.postgres
+@EMBEDDED
 def test_cli_sends_the_token_from_config_or_environment(engine, tmp_path, run_cli):
     add_event(engine, "a", 170)
     wait_for(lambda: suspended(engine, "a"), what="suspended")
