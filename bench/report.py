@@ -121,7 +121,17 @@ def glance_rows() -> list[tuple[str, str, dict]]:
             continue
         for t in _targets_of(payload):
             rows.append((name, payload.get("measured_at", "?"), t))
-    return rows
+    for name in sorted(_modules_with_targets() - {n.removesuffix("_quick") for n in payloads}):
+        rows.append((name, "never", target(f"`{name}`: no stored result", "its targets", "not run yet", None,
+                                           note=f"run `python -m bench.{name}`")))
+    return sorted(rows, key=lambda r: r[0])
+
+
+def _modules_with_targets() -> set[str]:
+    """Benchmark modules that define ``targets(data)`` (read from source, not imported)."""
+    here = Path(__file__).parent
+    return {p.stem for p in here.glob("*.py") if not p.stem.startswith("_") and p.stem != "report"
+            and "\ndef targets(" in p.read_text()}
 
 
 def write_glance() -> None:

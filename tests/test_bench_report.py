@@ -47,3 +47,12 @@ def test_a_result_older_than_its_modules_targets_is_listed_not_fatal(results):
     (results / "results" / "fairness.json").write_text(json.dumps({"benchmark": "fairness", "measured_at": "x"}))
     report.write_glance()
     assert "predates the benchmark's current targets" in (results / "BENCHMARKS.md").read_text()
+
+
+def test_a_benchmark_never_run_is_listed_as_not_run(results):
+    """An empty results folder: every benchmark module with targets shows as not run,
+    so the table cannot hide an unmeasured target by leaving it out."""
+    report.write_glance()
+    md = (results / "BENCHMARKS.md").read_text()
+    assert "| `engine_jvm` (never) |" in md and "not run yet" in md
+    assert "`report`" not in md
