@@ -2,7 +2,7 @@
 recorded in the event log as the Deploy Manager records them, a real Recall Manager
 and PostgreSQL): fast, and independent of Spark's Python workers. The same checks as
 test_console_browser.py, which runs them on the live cluster scenario. Screenshots go
-to bench/results/console/ (the cluster run overwrites them when it runs)."""
+to bench/results/console/ (the cluster run's to bench/results/console/cluster/)."""
 
 from __future__ import annotations
 
