@@ -2,12 +2,15 @@
 of the same type whose contexts are most similar (TF-IDF cosine, M 3.5).
 
 Its task walks the materialized events and contexts of the event type, newest chunk
-first. Each chunk's history-query returns the chunk's past events (with their incident
-key as ``value``) and their context (and surrounding) tuples in long form,
-``(eid, ts, attr, value, part)``. The Recall Manager asks :meth:`SimilarityRecall.fetch_chunk`
-for each chunk: its sparse TF matrix is built once (:mod:`similarity.index`, vectorised),
-persisted and cached (:mod:`recall.similarity_source`); each event's task scores it against
-the new context with the *current* IDF (:class:`similarity.QueryScorer`), and it is merged into the event's :class:`similarity.TopK`.
+first. The Recall Manager asks :meth:`SimilarityRecall.fetch_chunk` for each chunk: its
+sparse TF matrix is built once from the chunk's archived events and contexts (one
+``COPY`` per stream, :func:`similarity.index.build_coded`), persisted and cached
+(:mod:`recall.similarity_source`); each event's task scores it against the new context
+with the *current* IDF (:class:`similarity.QueryScorer`) and merges it into its top k
+past incidents (:class:`recall.similarity_incidents.IncidentTop`, array passes per
+chunk). The operator's history-query (the same tuples in long form,
+``(eid, ts, attr, value, part)``, with each event's incident key as ``value``) names the
+streams and grid, and :meth:`on_chunk` also accepts its rows (:func:`similarity.index.build`).
 Only past events better than the k already produced are emitted (INSERT); one that is
 pushed out is retracted (DELETE), M 4.5.2. Each output carries the past event's id,
 time, score, context and surrounding information (e.g. how it was resolved, M 3.3), and

@@ -1,4 +1,4 @@
-"""A chunk's similarity index, built once from long-form rows, vectorised (M 3.5, 4.5.2).
+"""A chunk's similarity index, built once, vectorised (M 3.5, 4.5.2).
 
 M 3.5: "The TF_k for each attribute-value k in a context can be computed once and stored
 with the context." A :class:`ChunkIndex` is one chunk of an event type's past events as
@@ -10,6 +10,9 @@ the rows of the Similarity Recall history-query, ``(eid, ts, attr, value, part)`
 ``surrounding:<stream>``, with
 pandas factorize and one scipy COO matrix: the only Python loop is over the chunk's
 *distinct* terms (to number them in the vocabulary), never over rows or events.
+:func:`build_coded` makes the same index from the wide, archived form read with
+``COPY`` (one dictionary-coded column per attribute), which is how a sealed chunk's
+index is built (no long-form rows, no Python object per tuple).
 
 The terms are those of :func:`similarity.terms.bag_of` over the same rows: ``attr=value``
 with the value as text, nulls ignored, declared numeric attributes as float values
