@@ -56,8 +56,11 @@ def encode(ix: ChunkIndex) -> bytes:
     csr = c.tf.tocsr()
     counts = csr.data
     if counts.size and counts.max() < 65536 and np.all(counts == np.round(counts)):
-        counts = counts.astype(np.uint16)
-    arrays = {"indptr": csr.indptr.astype(np.int64), "indices": csr.indices.astype(np.int32), "counts": counts,
+        counts = counts.astype(np.uint8 if counts.max() < 256 else np.uint16)
+    # the narrowest integer types that hold them: less to write, to log and to read back
+    indices = csr.indices.astype(np.uint16 if csr.shape[1] <= 65536 else np.int32)
+    indptr = csr.indptr.astype(np.int32 if csr.nnz < 2**31 else np.int64)
+    arrays = {"indptr": indptr, "indices": indices, "counts": counts,
               "shape": np.asarray(csr.shape, dtype=np.int64), "eids": np.asarray(c.eids).astype(str),
               "ts": np.asarray(c.ts, dtype=np.int64), "contexts": np.asarray([ix.contexts], dtype=np.int64)}
     for attr, e in c.numeric.items():
@@ -90,7 +93,8 @@ def decode(blob: bytes) -> ChunkIndex:
     try:
         z = np.load(io.BytesIO(payload), allow_pickle=False)
         shape = tuple(int(x) for x in z["shape"])
-        tf = sp.csr_matrix((z["counts"].astype(np.float64), z["indices"], z["indptr"]), shape=shape)
+        tf = sp.csr_matrix((z["counts"].astype(np.float64), z["indices"].astype(np.int32),
+                            z["indptr"].astype(np.int64)), shape=shape)
         numeric = {k.split(":", 1)[1]: NumericEntries(z[k], z["num_values:" + k.split(":", 1)[1]],
                                                        z["num_tf:" + k.split(":", 1)[1]])
                    for k in z.files if k.startswith("num_rows:")}
