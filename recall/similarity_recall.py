@@ -279,9 +279,13 @@ class SimilarityRecall:
             return []
         chunk = ix.chunk
         newest = pd.Timestamp(state.spec.event_ts - self.exclude_recent).as_unit("ns").value
-        keep = (chunk.eids != state.spec.eid) & (chunk.ts < newest)
-        if not keep.any():
-            return []
+        latest, at = ix.memo("eid_index", lambda: (int(chunk.ts.max()), pd.Index(chunk.eids)))
+        if latest < newest and state.spec.eid not in at:  # the usual case: the whole chunk is past
+            keep = np.ones(chunk.n, dtype=bool)
+        else:
+            keep = (chunk.eids != state.spec.eid) & (chunk.ts < newest)
+            if not keep.any():
+                return []
         scores = state.scorer.score(chunk).scores
         eids, ts, keys = chunk.eids, chunk.ts, ix.keys.get("key")
         if self.incident_rule and keys is not None:
