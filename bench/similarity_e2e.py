@@ -449,7 +449,9 @@ def markdown(d: dict, s: str) -> str:
     rows = [("first top-10, one event at a time", f), ("whole history, one event at a time", w),
             (f"first top-10, {len(d['concurrent']['first'])} concurrent", d["concurrent"]["first"]),
             (f"whole history, {len(d['concurrent']['first'])} concurrent", d["concurrent"]["whole"]),
-            ("first top-10, cache budget 1/4 of the index", d["quarter"]["first"])]
+            ("first top-10, cache budget 1/4 of the index", d["quarter"]["first"]),
+            ("whole history, cache budget 1/4 of the index (3/4 of the chunks read back from PostgreSQL)",
+             d["quarter"]["whole"])]
     lines = [f"Similarity Recall end to end through the Recall Manager and PostgreSQL: {d['events']:,} past events "
              f"(~{d['terms_per_event']} context terms each, in incidents of 1-6 windows grouped by host) in "
              f"{d['chunks']} chunks of {d['per_chunk']:,}; IDF `{d['idf']}` (the engine's configured default), "
