@@ -203,14 +203,21 @@ def _log_failure(args, key: str, exc: BaseException) -> tuple[str, str]:
 
     try:
         path = log_dir(_data_dir(args)) / "cli.log"
-        return record_failure(file_logger("moirae.cli", path), f"moirae {key}", exc), str(path)
+        logger = file_logger("moirae.cli", path)
+        error_id = record_failure(logger, f"moirae {key}", exc)
+        if any(getattr(h, "failing", False) for h in logger.handlers):  # e.g. its disk is full
+            raise OSError(f"cannot write {path}")
+        return error_id, str(path)
     except OSError:  # not even a log file: keep the traceback somewhere findable
         import tempfile
         import traceback
 
-        fd, tmp = tempfile.mkstemp(prefix="moirae-error-", suffix=".log")
-        with open(fd, "w") as fh:
-            traceback.print_exception(exc, file=fh)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix="moirae-error-", suffix=".log")
+            with open(fd, "w") as fh:
+                traceback.print_exception(exc, file=fh)
+        except OSError:
+            return "-", "nowhere (no log file could be written)"
         return "-", tmp
 
 

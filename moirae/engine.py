@@ -303,7 +303,7 @@ class Engine:
         self._stop.set()
         if self._supervising is not None:  # first: it must not restart a query being stopped
             self._supervising.join(timeout=10)
-        self.supervisor.paused.clear()  # stopped: nothing to resume
+        self.supervisor.reset()  # stopped: nothing to resume; the next start's queries are new
         for name in self._sources:
             self.watermark(name)  # remember the last watermarks before the queries go
         self.deploy.stop()

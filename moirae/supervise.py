@@ -154,6 +154,12 @@ class Supervisor:
             log.warning("the data directory %s has room again (%d bytes free): live query %s resumed from its "
                         "checkpoint after %.1f s", self.data_dir, free, name, paused_s)
 
+    def reset(self) -> None:
+        """Forget paused and failed queries (the engine stopped them); keep the history."""
+        with self._lock:
+            self.paused.clear()
+            self.failures.clear()
+
     def status(self) -> dict[str, Any]:
         with self._lock:
             now = self.clock()
