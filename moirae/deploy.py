@@ -66,6 +66,7 @@ class DeployManager:
         self.alert_latencies: list[float] = []
         self.worker = EventWorker(self._process)
         self._lock = threading.Lock()
+        self._closing = False
 
     # -- deployment ------------------------------------------------------------------
 
@@ -257,6 +258,10 @@ class DeployManager:
 
     def close(self) -> None:
         self.stop()
+        # the shutdown cancels every open task; their events' recall is interrupted, not
+        # ended, so a restart resumes it (as after a crash); a user's cancel before this
+        # point was recorded as the end
+        self._closing = True
         self.manager.close()
         self.results.close()
         self.events.close()
@@ -318,7 +323,9 @@ class DeployManager:
         except Exception as exc:
             log.warning("incidents: output of %s for %s not applied: %s", out.operator, out.eid, exc)
         if out.kind is OutputKind.BOUNDARY:
-            self.events.mark_ended(out.eid)
+            interrupted = self._closing and "cancelled" in (out.row or {}).get("ended", {}).values()
+            if not interrupted:
+                self.events.mark_ended(out.eid)
             return
         latency = self.events.note_history(out.eid)
         if latency is not None:

@@ -317,6 +317,10 @@ class Engine:
         self.started = False
 
     def close(self) -> None:
+        """Stop (if started) and release everything: recall, connections. Idempotent."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         if self.started:
             self.stop()
         self.deploy.close()

@@ -16,7 +16,10 @@ from pyspark.sql import functions as F  # noqa: F401  (the scenario's functions 
 
 from moirae import Engine
 
-SLOW_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n, max(pg_sleep(0.4)::text) AS slept "
+# pg_sleep runs once per row: a 30-minute chunk holds 60 rows of one server, so about
+# 0.4 s per chunk and 3 s per 3-hour recall (0.4 s per row took 24 s per chunk, so a
+# final run of 60 s never finished one and only the shutdown ended it)
+SLOW_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n, max(pg_sleep(0.007)::text) AS slept "
             "FROM metrics h WHERE h.sid = :sid GROUP BY h.sid")
 
 

@@ -80,3 +80,7 @@ def test_sigkill_with_open_recall_then_restart(pg, tmp_path, monkeypatch):
     assert killed_open <= ended
     bounded = {r[0] for r in _q(pg, "SELECT DISTINCT eid FROM moirae_recall_outputs WHERE kind = 'boundary'")}
     assert killed_open <= bounded
+    # ... because their recall ran to its end, not because the final shutdown cut it off
+    done = {e for e, row in _q(pg, "SELECT eid, row FROM moirae_recall_outputs WHERE kind = 'boundary'")
+            if set(row["ended"].values()) == {"done"}}
+    assert killed_open <= done
