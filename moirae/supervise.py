@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import re
 import shutil
 import threading
 import time
@@ -34,6 +35,26 @@ log = logging.getLogger("moirae.supervise")
 
 DISK_FULL = ("No space left on device", "Disk quota exceeded")
 MIN_FREE = 1 << 20
+_ERROR_LINE = re.compile(r"^\s*(?:Caused by: )?([\w.$]+(?:Error|Exception)): ?(.*)$")
+
+
+def root_cause(exc: BaseException | str) -> str:
+    """The one line that says what went wrong in a (Spark) error: its last
+    ``SomeError: message`` line (a Python traceback's own exception, a Java chain's
+    root cause), else its first line.
+
+    >>> root_cause("An exception was raised by the Python Proxy. Return Message: Traceback ...\\n"
+    ...            "  File \\"x.py\\", line 1\\nValueError: bad row 7")
+    'ValueError: bad row 7'
+    >>> root_cause("Query failed\\nCaused by: java.io.IOException: No space left on device\\n\\tat a.b(C.java:1)")
+    'java.io.IOException: No space left on device'
+    """
+    lines = [ln for ln in f"{exc}".splitlines() if ln.strip()]
+    found = [m for m in map(_ERROR_LINE.match, lines) if m]
+    if found:
+        name, msg = found[-1].groups()
+        return f"{name}: {msg}".strip()[:500] if msg else name
+    return (lines[0].strip() if lines else type(exc).__name__)[:500]
 
 
 def is_disk_full(exc: BaseException | str | None) -> bool:
@@ -114,17 +135,16 @@ class Supervisor:
                 if exc is None:
                     continue  # stopped on purpose
                 if is_disk_full(exc):
-                    self._pause(q)
+                    self._pause(q, exc)
                 else:
-                    first = next((ln for ln in f"{exc}".splitlines() if ln.strip()), type(exc).__name__)
-                    self.failures[q.name] = first.strip()[:500]
+                    self.failures[q.name] = root_cause(exc)
                     log.error("live query %s failed: %s", q.name, self.failures[q.name])
             if self.paused:
                 self._resume({q.name: q for q in self.queries()})
             return dict(self.failures)
 
-    def _pause(self, q: LiveQuery) -> None:
-        self.paused[q.name] = Pause(q.name, str(q.checkpoint), self.clock(), "No space left on device")
+    def _pause(self, q: LiveQuery, exc: BaseException) -> None:
+        self.paused[q.name] = Pause(q.name, str(q.checkpoint), self.clock(), root_cause(exc))
         log.warning("the data directory %s is full (No space left on device): live query %s stopped; it resumes "
                     "from its checkpoint %s when space returns (%d bytes free now)",
                     self.data_dir, q.name, q.checkpoint, self.free_bytes())
