@@ -47,7 +47,7 @@ class CorruptIndex(SimilarityError):
 def _text(a) -> np.ndarray:
     """Object array of str/None as (unicode array, null mask)."""
     arr = np.asarray(a, dtype=object)
-    null = np.fromiter((x is None for x in arr.tolist()), dtype=bool, count=arr.shape[0])
+    null = np.asarray(arr == None, dtype=bool) if arr.shape[0] else np.zeros(0, dtype=bool)  # noqa: E711 (elementwise)
     return np.where(null, "", arr).astype(str), null
 
 
