@@ -96,7 +96,7 @@ class Ank1SparkSink:
     own consumer, e.g. the alert store); ``deliver_frame(frame, batch_id)`` instead gets
     the batch's rows as pandas, collected in the same Spark job as the provenance, so the
     batch is computed once. Batches with an id not above the last one seen
-    are skipped (a replay in the same process). Call :meth:`attach` with the started
+    are run without delivering anything (a replay in the same process). Call :meth:`attach` with the started
     query so the watermark can be read; :meth:`start` does both.
     """
 
@@ -113,6 +113,11 @@ class Ank1SparkSink:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         if batch_id <= self.last_batch:
+            # a replay in this process (the query restarted from its checkpoint after the
+            # batch ran but before Spark committed it): ANK-1 has seen it, yet the batch
+            # is still run to its end, because a stateful query's state stores commit only
+            # when every partition was processed (Spark fails the query otherwise)
+            batch_df.write.format("noop").mode("overwrite").save()
             return
         if self.deliver is not None:
             self.deliver(batch_df, batch_id)

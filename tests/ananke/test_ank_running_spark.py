@@ -133,3 +133,19 @@ def test_running_example_ank1_and_ankn_on_spark(spark, file_stream):
     for lab in (i for i in outn.items if i.kind == "label"):
         v = (lab.vertex_kind, lab.vertex_id)
         assert lab.ts >= ts[v] and lab.ts >= last_edge.get(v, lab.ts)
+
+
+def test_a_batch_replayed_in_the_same_process_still_commits_its_state(spark, file_stream, tmp_path):
+    """A stateful query restarted from its checkpoint in the same process replays its last
+    uncommitted batch; ANK-1 has seen it and delivers nothing again, but the batch must
+    still run to its end: Spark fails a query whose state stores did not all commit
+    (STATE_STORE_COMMIT_VALIDATION_FAILED), which a full data directory's restart hit."""
+    q = ProvQuery()
+    k1, _k2 = running.build(q, file_stream(BATCHES, running.SCHEMA, name="replay"))
+    out = ListSink()
+    feeder = Ank1SparkSink(k1, Ank1.from_query(q).build(out))
+    feeder.last_batch = 10**6  # every batch of this run counts as already seen
+    query = feeder.start(str(tmp_path / "cp"), {"availableNow": True})
+    query.awaitTermination()
+    assert query.exception() is None
+    assert out.items == [] and feeder.rows == 0  # nothing delivered twice
