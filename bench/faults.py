@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.report import RESULTS, ROOT, exit_code, publish, target
 
 RUNS = RESULTS / "faults_runs.json"
-FAULTS = ["sigkill", "pg_restart", "malformed", "sql_injection", "cancel_storm", "disk_pressure"]
+FAULTS = ["sigkill", "pg_restart", "malformed", "sql_injection", "cancel_storm", "disk_pressure", "disk_pressure_pg"]
 
 
 def targets(data: dict) -> list[dict]:
@@ -87,18 +87,20 @@ def targets(data: dict) -> list[dict]:
                           f"after the storm, {c['backends_after_close_minus_before']} after close", leaks == 0))
     else:
         missing("cancel storm", "all cancelled within 1 s, 0 leaks")
-    if (d := r.get("disk_pressure")) is not None:
-        out.append(target(f"disk pressure: data directory on a full tmpfs ({d['tmpfs']})",
-                          "clear error, no corrupt checkpoint, recovers",
-                          f"{d['lost']} lost, {d['duplicated']} duplicated of {d['rows_expected']} rows; "
-                          f"{d['events']}/{d['events_expected']} events, {d['events_duplicated']} duplicated; "
-                          f"{d['clear_error_lines']} line(s) naming the full data directory, {d['traceback_lines']} "
-                          f"traceback lines; paused {d['paused_after_s']} s after it filled, resumed "
-                          f"{d['resumed_after_s']} s after space returned; restart from the checkpoints: "
-                          f"{'failed' if d['restart_failed'] else 'clean'}, {len(d['empty_checkpoint_files'])} "
-                          f"empty checkpoint files", bool(d["ok"])))
-    else:
-        missing("disk pressure: data directory on a full tmpfs", "clear error, no corrupt checkpoint, recovers")
+    for key, where in (("disk_pressure", "data directory"),
+                       ("disk_pressure_pg", "data directory with the embedded PostgreSQL")):
+        if (d := r.get(key)) is not None:
+            out.append(target(f"disk pressure: {where} on a full tmpfs ({d['tmpfs']})",
+                              "clear error, no corrupt checkpoint, recovers",
+                              f"{d['lost']} lost, {d['duplicated']} duplicated of {d['rows_expected']} rows; "
+                              f"{d['events']}/{d['events_expected']} events, {d['events_duplicated']} duplicated; "
+                              f"{d['clear_error_lines']} line(s) naming the full data directory, "
+                              f"{d['traceback_lines']} traceback lines; paused {d['paused_after_s']} s after it "
+                              f"filled, resumed {d['resumed_after_s']} s after space returned; restart from the "
+                              f"checkpoints: {'failed' if d['restart_failed'] else 'clean'}, "
+                              f"{len(d['empty_checkpoint_files'])} empty checkpoint files", bool(d["ok"])))
+        else:
+            missing(f"disk pressure: {where} on a full tmpfs", "clear error, no corrupt checkpoint, recovers")
     return out
 
 
@@ -106,6 +108,7 @@ def _fault_of(t: dict) -> str:
     what = t["what"].lower()
     for key, word in (("sigkill", "sigkill"), ("pg_restart", "postgresql restart"), ("malformed", "malformed"),
                       ("sql_injection", "sql injection"), ("cancel_storm", "cancel storm"),
+                      ("disk_pressure_pg", "with the embedded postgresql on a full"),
                       ("disk_pressure", "disk pressure")):
         if word in what:
             return key

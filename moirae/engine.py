@@ -367,7 +367,7 @@ class Engine:
             try:
                 self.maintain_once()
             except Exception as exc:  # keep the job alive; the next round retries
-                print(f"moirae: maintenance failed: {exc}")
+                log.warning("maintenance failed (the next round retries): %s", " ".join(f"{exc}".split()))
 
     def status(self) -> dict[str, Any]:
         return {**self.archiver.status(), "live": self.live_status()}

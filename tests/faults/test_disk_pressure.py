@@ -3,12 +3,17 @@
 What goes on the tmpfs: the whole data directory of the engine (a child process, as
 ``moirae run`` would be): the Spark checkpoints of its live queries (offsets, commits,
 the window state store of the event-query), Spark's temporary files
-(``spark.local.dir``) and every log file (``engine.log``, ``spark.log``). What does not:
-PostgreSQL's data. The archive is the record that must not be lost, and a server whose
-own disk fills stops accepting writes (PostgreSQL PANICs on a failed WAL write), which
-to the engine is an outage: that path, retries with backoff and nothing lost, is the
-PostgreSQL restart test's (``test_pg_restart.py``). Here the embedded server of the
-suite (``private_pg``) keeps its data on the ordinary disk.
+(``spark.local.dir``) and every log file (``engine.log``, ``spark.log``). Two cases:
+
+- ``engine``: PostgreSQL's data stays on the ordinary disk (the suite's
+  ``private_pg``), as with an external server;
+- ``engine+pg``: the embedded PostgreSQL's data is on the same tmpfs too
+  (``data_dir/pg``, as the embedded default puts it). A full disk then also fails the
+  archive's writes (``DiskFull``: could not extend file ... No space left on device;
+  the server stays up and the transaction, batch log included, rolls back), so the
+  live query stops the same way and its batch is replayed once there is room. (A WAL
+  write that fails makes PostgreSQL PANIC instead; the engine's side of a server that
+  goes away is the PostgreSQL restart test's, ``test_pg_restart.py``.)
 
 The run: two CSV parts are archived; then a ballast file fills the tmpfs, and three
 more parts arrive while it is full; after a pause the ballast is removed and three more
@@ -30,12 +35,13 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
 import psycopg2
 import pytest
-from fault_helpers import record
+from fault_helpers import TEST_DATA_DIR, PrivateServer, record
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -43,23 +49,49 @@ sys.path.insert(0, str(HERE.parent / "moirae"))
 import scenario_small as sc  # noqa: E402
 
 SIZE = "24m"
+SIZE_WITH_PG = "120m"  # an initialised PostgreSQL takes about 40 MB
 PARTS = 8
 
 
-@pytest.fixture
-def tmpfs(tmp_path):
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mnt)], check=True,
+def _mount(mnt: Path, size: str) -> None:
+    mnt.mkdir(parents=True, exist_ok=True)
+    try:  # mode 0777: the embedded PostgreSQL runs as another user when the tests run as root
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(mnt)], check=True,
                        capture_output=True, text=True, timeout=30)
     except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
         reason = getattr(exc, "stderr", "") or exc
         pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {str(reason).strip()}")
+
+
+@pytest.fixture
+def disk(request, tmp_path):
+    """``(tmpfs mount point, dsn, schema)``: the engine's data directory goes on the
+    tmpfs; with ``pg`` the embedded PostgreSQL's data too (a server of its own there,
+    under the suite's data directory, which that server's user can reach)."""
+    if request.param == "engine":
+        mnt = tmp_path / "disk"
+        _mount(mnt, SIZE)
+        try:
+            pg, db = request.getfixturevalue("private_pg"), request.getfixturevalue("private_db")
+            yield mnt, pg.dsn, db.schema
+        finally:
+            subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
+        return
+    mnt = TEST_DATA_DIR / f"disk-{uuid.uuid4().hex[:8]}"
+    _mount(mnt, SIZE_WITH_PG)
+    server = None
     try:
-        yield mnt
+        server = PrivateServer(mnt / "data" / "pg")
+        server.ensure_running()
+        yield mnt, server.dsn, "disk"
     finally:
+        if server is not None:
+            server.close()
         subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
+        try:
+            mnt.rmdir()
+        except OSError:
+            pass
 
 
 class Child:
@@ -134,8 +166,10 @@ def _fill(path: Path) -> int:
     return n
 
 
-def test_disk_pressure(private_pg, private_db, tmpfs, tmp_path):
-    dsn, schema = private_pg.dsn, private_db.schema
+@pytest.mark.parametrize("disk", ["engine", "engine+pg"], indirect=True)
+def test_disk_pressure(disk, tmp_path, request):
+    tmpfs, dsn, schema = disk
+    with_pg = request.node.callspec.params["disk"] == "engine+pg"
     data = tmpfs / "data"
     folder, control = tmp_path / "in", tmp_path / "control"
     folder.mkdir()
@@ -210,7 +244,7 @@ def test_disk_pressure(private_pg, private_db, tmpfs, tmp_path):
     stray = sorted(str(p.relative_to(data)) for p in (data / "checkpoints").rglob("*")
                    if p.is_file() and p.stat().st_size == 0 and not p.name.endswith((".tmp", ".crc")))
     rows = (PARTS + 1) * len(live[0])
-    figures = {"tmpfs": SIZE, "ballast_bytes": filled, "rows": int(total), "rows_expected": rows,
+    figures = {"tmpfs": SIZE_WITH_PG if with_pg else SIZE, "postgres_on_tmpfs": with_pg, "ballast_bytes": filled, "rows": int(total), "rows_expected": rows,
                "lost": rows - int(distinct), "duplicated": int(total) - int(distinct),
                "events": len(events), "events_expected": len(expected),
                "events_duplicated": sum(n - 1 for _, n in events),
@@ -222,7 +256,7 @@ def test_disk_pressure(private_pg, private_db, tmpfs, tmp_path):
     figures["ok"] = (figures["lost"] == figures["duplicated"] == figures["events_duplicated"] == 0
                      and {e for e, _ in events} == expected == logged and len(clear) >= 1 and not spew
                      and not stray and not restart_failed)
-    record("disk_pressure", **figures)
+    record("disk_pressure_pg" if with_pg else "disk_pressure", **figures)
     assert total == distinct == rows, figures
     assert {e for e, _ in events} == expected and {n for _, n in events} == {1}, figures
     assert logged == expected, figures
