@@ -287,15 +287,20 @@ def markdown(data: dict) -> str:
 
 
 def main(argv=None) -> int:
+    global TRIGGER_S
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter runs per rate")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     ap.add_argument("--start", type=int, default=5_000, help="first offered rate (rows/s), doubled each step")
     ap.add_argument("--limit", type=int, default=1_280_000, help="highest offered rate tried")
     ap.add_argument("--seconds", type=float, default=None, help="seconds per rate (default 40; quick 25)")
+    ap.add_argument("--trigger", type=float, default=TRIGGER_S,
+                    help="trigger interval in seconds (a stateful micro-batch costs about 1 s on this 2-core "
+                         "machine whatever its size, so at 1 s the stateful configurations measure overhead)")
     ap.add_argument("--soak", type=float, default=None, help="run only the memory soak, this many minutes")
     ap.add_argument("--soak-rate", type=int, default=None, help="offered rate of the soak (default 0.8 x last full)")
     args = ap.parse_args(argv)
+    TRIGGER_S = args.trigger
     from moirae.spark import spark_session
 
     spark_session()
