@@ -13,11 +13,18 @@ Two side tables, next to the archive in the same schema:
 :func:`invalidate` deletes the entries of the given chunks of a stream (retention,
 re-materialization, late rows) and tells every in-process listener (the operators'
 memory caches), so both copies of an index go exactly when its rows change.
+
+:func:`ready` is the other direction: it tells every in-process :func:`listen_ready`
+listener that chunks of a stream have just become final (demoted out of the present
+tier, :func:`archive.tiers.demote`; or rewritten by a materialization), so their indexes
+can be built and persisted ahead of any event (issue 10 §1; M 4.2 "Moirae can optionally
+index the resulting materialized views"). It does no I/O and never raises.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import struct
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -60,21 +67,55 @@ def copy_row(operator: str, chunk_id: int, streams: Sequence[str], contexts: int
             + b"".join(_field(f) for f in fields) + b"\xff\xff")
 
 
+log = logging.getLogger(__name__)
 Listener = Callable[[str, Sequence[int]], None]
+ReadyListener = Callable[[Any, str, Sequence[int]], None]
 _listeners: list[Listener] = []
+_ready: list[ReadyListener] = []
 _lock = threading.Lock()
+
+
+def _subscribe(listeners: list, fn: Callable, on: bool) -> None:
+    with _lock:
+        if on:
+            listeners.append(fn)
+        elif fn in listeners:
+            listeners.remove(fn)
 
 
 def listen(fn: Listener) -> None:
     """Call ``fn(stream, chunk_ids)`` whenever chunks of ``stream`` are invalidated."""
-    with _lock:
-        _listeners.append(fn)
+    _subscribe(_listeners, fn, True)
 
 
 def unlisten(fn: Listener) -> None:
+    _subscribe(_listeners, fn, False)
+
+
+def listen_ready(fn: ReadyListener) -> None:
+    """Call ``fn(archiver, stream, chunk_ids)`` whenever chunks of ``stream`` (ids on
+    its own grid) become final (:func:`ready`)."""
+    _subscribe(_ready, fn, True)
+
+
+def unlisten_ready(fn: ReadyListener) -> None:
+    _subscribe(_ready, fn, False)
+
+
+def ready(arch, stream: str, chunk_ids: Iterable[int]) -> None:
+    """Tell the :func:`listen_ready` listeners that ``stream``'s chunks ``chunk_ids`` of
+    archive ``arch`` are final (sealed or materialized). Listeners only take note (e.g.
+    queue a background build); one that raises is logged and the others still run."""
+    ids = sorted({int(c) for c in chunk_ids})
+    if not ids:
+        return
     with _lock:
-        if fn in _listeners:
-            _listeners.remove(fn)
+        listeners = list(_ready)
+    for fn in listeners:
+        try:
+            fn(arch, stream, ids)
+        except Exception as exc:  # a listener's bug must not fail a demotion or a materialization
+            log.warning("similarity index listener %r failed on %s chunks %s: %s", fn, stream, ids, exc)
 
 
 def ensure(cur) -> None:
@@ -120,25 +161,44 @@ class IndexStore:
     def lookup(self, chunk_id: int, streams: Sequence[str], conn: Any = None) -> tuple[bool, bytes | None]:
         """``(sealed(chunk_id, streams), load(chunk_id))`` in one round trip, on ``conn``
         (e.g. a recall worker's) or a pooled connection."""
+        sealed, blob = self._sealed_and("(SELECT blob FROM moirae_simindex WHERE operator = %s AND chunk_id = %s)",
+                                        chunk_id, streams, conn)
+        return bool(sealed), None if blob is None else bytes(blob)
+
+    def state(self, chunk_id: int, streams: Sequence[str], conn: Any = None) -> tuple[bool, bool]:
+        """``(sealed, persisted)`` of chunk ``chunk_id`` in one round trip, without
+        fetching the blob (what a background build asks first)."""
+        sealed, persisted = self._sealed_and("EXISTS (SELECT 1 FROM moirae_simindex WHERE operator = %s "
+                                             "AND chunk_id = %s)", chunk_id, streams, conn)
+        return bool(sealed), bool(persisted)
+
+    def _sealed_and(self, what: str, chunk_id: int, streams: Sequence[str], conn: Any) -> tuple:
+        """``(sealed, what)`` in one statement, on ``conn`` or a pooled connection."""
         sql = ("SELECT NOT EXISTS (SELECT 1 FROM moirae_chunks WHERE chunk_id = %s AND stream = ANY(%s) "
-               "AND tier = 'present' AND NOT dropped), "
-               "(SELECT blob FROM moirae_simindex WHERE operator = %s AND chunk_id = %s)")
+               f"AND tier = 'present' AND NOT dropped), {what}")
         args = (int(chunk_id), list(streams), self.operator, int(chunk_id))
         if conn is None:
             with self.arch._conn() as own, own.cursor() as cur:
                 cur.execute(sql, args)
-                sealed, blob = cur.fetchone()
-        else:
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                sealed, blob = cur.fetchone()
-        return bool(sealed), None if blob is None else bytes(blob)
+                return cur.fetchone()
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchone()
+
+    def delete(self, chunk_id: int) -> None:
+        """Forget this operator's entry of one chunk (a build that raced an invalidation)."""
+        with self.arch._conn() as conn, conn.cursor() as cur:
+            cur.execute("DELETE FROM moirae_simindex WHERE operator = %s AND chunk_id = %s",
+                        (self.operator, int(chunk_id)))
 
     def save(self, chunk_id: int, streams: Sequence[str], contexts: int, blob: bytes, terms: Sequence[str]) -> None:
         """Store one chunk's blob; ``terms`` is the whole vocabulary it may use (the
         columns not yet persisted are appended first, in the same transaction)."""
         with self.arch._conn() as conn, conn.cursor() as cur:
+            # An index is derived data: if a crash loses this commit, the chunk is built again
+            # on use. Not waiting for the WAL flush keeps a background build from idling on it.
+            cur.execute("SET LOCAL synchronous_commit = off")
             new = list(terms[self.saved_terms:])
             if new:  # one statement for all new columns (a chunk may bring thousands of terms)
                 cur.execute("INSERT INTO moirae_simvocab (operator, col, term) "

@@ -36,6 +36,7 @@ from recall.api import OutputKind
 from recall.manager import RecallManager
 from recall.operator import Recall
 from recall.outputs import ResultsTable
+from recall.similarity_prebuild import IndexPrebuilder
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import StrideScheduler
 
@@ -65,6 +66,7 @@ class DeployManager:
         self.ops: dict[str, Any] = {}
         self.alert_latencies: list[float] = []
         self.worker = EventWorker(self._process)
+        self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
         self._lock = threading.Lock()
         self._closing = False
 
@@ -181,6 +183,9 @@ class DeployManager:
         if snap is not None:
             op.restore(snap)  # E and C_k continue from the last run (M 3.5)
         self.manager.register(op)
+        if op.source.persisted is not None:
+            self.indexes.add(op)
+            self.indexes.start()
         self.operators[event].append(name)
         self.ops[name] = op
         return op
@@ -262,6 +267,7 @@ class DeployManager:
         # ended, so a restart resumes it (as after a crash); a user's cancel before this
         # point was recorded as the end
         self._closing = True
+        self.indexes.close()  # the build under way finishes; the rest are built on first use
         self.manager.close()
         self.results.close()
         self.events.close()

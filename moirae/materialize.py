@@ -12,6 +12,10 @@ Two users:
   first, one chunk per quantum (M 4.2, "replica1").
 - :func:`rematerialize`: ``moirae rematerialize`` re-processes any range of raw chunks
   in batch, with a progress bar; idempotent and resumable (archive/materialized.py).
+
+Both end a unit with :func:`archive.simindex.ready` for the chunks they rewrote, so the
+Similarity Recall indexes of those chunks are built in the background (M 4.2 "Moirae can
+optionally index the resulting materialized views"; :mod:`recall.similarity_prebuild`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 import pandas as pd
 
 from ananke.query import ProvQuery
+from archive import simindex
 from archive.abc import ChunkGrid, Tier
 from archive.materialized import materialized_chunks, replace_materialization, tag_sources
 from archive.spark_sink import to_spark
@@ -111,6 +116,7 @@ def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResul
         contexts[cq] = cx
     deploy.on_materialized(name, events, contexts)
     chunks_of = {s: arch.chunks(s) for s in _streams(engine, name)}
+    replaced: dict[str, set[int]] = {stream: set() for stream, _, _ in outputs}
     out = []
     for uid in sorted(unit_ids, reverse=True):
         lo, hi = grid.bounds(uid)
@@ -125,8 +131,11 @@ def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResul
             for cid in sorted(ids, reverse=True):
                 part = frame[cid_of == cid] if cid_of is not None else frame
                 written[i] += replace_materialization(arch, stream, cid, part, key, [], tag_of(name))
+                replaced[stream].add(cid)
         tag_sources(arch, [(s, c) for s in query.inputs for c in _within(chunks_of, s, lo, hi)], tag_of(name))
         out.append(ChunkResult(uid, written[0], sum(written[1:]), 0.0))
+    for stream, ids in replaced.items():  # their Similarity Recall indexes are built in the background
+        simindex.ready(arch, stream, ids)
     per = (time.perf_counter() - t0) / max(1, len(out))
     return [ChunkResult(r.chunk_id, r.events, r.context_rows, per) for r in out]
 

@@ -4,8 +4,9 @@ of the same type whose contexts are most similar (TF-IDF cosine, M 3.5).
 Its task walks the materialized events and contexts of the event type, newest chunk
 first. The Recall Manager asks :meth:`SimilarityRecall.fetch_chunk` for each chunk: its
 sparse TF matrix is built once from the chunk's archived events and contexts (one
-``COPY`` per stream, :func:`similarity.index.build_coded`), persisted and cached
-(:mod:`recall.similarity_source`); each event's task scores it against the new context
+``COPY`` per stream, :func:`similarity.index.build_coded`), in the background when the
+chunk is sealed or materialized (:mod:`recall.similarity_prebuild`), persisted and
+cached (:mod:`recall.similarity_source`); each event's task scores it against the new context
 with the *current* IDF (:class:`similarity.QueryScorer`) and merges it into its top k
 past incidents (:class:`recall.similarity_incidents.IncidentTop`, array passes per
 chunk). The operator's history-query (the same tuples in long form,

@@ -5,9 +5,13 @@
 1. from its bounded memory cache (:class:`similarity.index_cache.IndexCache`), which
    evicts the oldest chunks first (tasks read newest first, see there);
 2. else, for a *sealed* chunk (no stream of the operator holds it in the present tier),
-   from the persisted index (:class:`archive.simindex.IndexStore`); a missing entry is
-   built once from the chunk's archived rows, vectorised, and persisted; a corrupt one
-   is rebuilt with a warning;
+   from the persisted index (:class:`archive.simindex.IndexStore`). The index is
+   normally already there: :mod:`recall.similarity_prebuild` builds and persists it in
+   the background when the chunk is sealed or materialized (:meth:`ChunkSource.prebuild_one`).
+   A missing entry (e.g. a chunk sealed before the operator existed, or a build the
+   background worker has not reached) is built once from the chunk's archived rows,
+   vectorised, and persisted; a corrupt one is rebuilt with a warning. A per-chunk lock
+   makes a task that arrives during a build wait for it instead of building again;
 3. a present chunk (still receiving rows) is read and built each time, vectorised, and
    neither cached nor persisted.
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from archive import simindex
-from archive.chunk_copy import TS_US, codes, copy_chunk, texts
+from archive.chunk_copy import TS_US, Read, codes, copy_reads, texts
 from similarity.index import ROW_COLUMNS, ChunkIndex, CodedColumn, build_coded
 from similarity.index_cache import IndexCache
 from similarity.index_codec import CorruptIndex, decode, encode
@@ -46,13 +51,15 @@ class ChunkSource:
         self.op = op
         self.streams: tuple[str, ...] = (op.event_stream, *op.context_streams, *op.surrounding_streams)
         self.cache = IndexCache(cache_bytes, keep=lambda chunk_id: chunk_id)  # oldest history out first
-        self.builds = self.loads = self.corrupt = 0
+        self.builds = self.loads = self.corrupt = self.prebuilt = 0
         self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0
         can = persist and hasattr(op.store, "_conn")
         self.persisted = simindex.IndexStore(op.store, op.name) if can else None
         self._reconciled = False
         self._locks: dict[int, threading.Lock] = {}
+        self._generation: dict[int, int] = {}  # chunk -> invalidations seen (a build racing one is dropped)
+        self.built_chunks: Counter[int] = Counter()  # chunk -> builds of it (tests count them)
         self._guard = threading.Lock()
         simindex.listen(self._on_invalidate)
 
@@ -62,6 +69,9 @@ class ChunkSource:
     def _on_invalidate(self, stream: str, chunk_ids: Sequence[int]) -> None:
         if stream in self.streams:
             ids = set(chunk_ids)
+            with self._guard:
+                for c in ids:
+                    self._generation[c] = self._generation.get(c, 0) + 1
             self.cache.discard(lambda k: k in ids)
 
     def reconcile(self) -> None:
@@ -87,6 +97,10 @@ class ChunkSource:
         self._reconciled = False
         self.cache.discard(lambda k: True)
 
+    def _lock_of(self, chunk_id: int) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(chunk_id, threading.Lock())
+
     def fetch(self, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> ChunkIndex:
         """The index of chunk ``chunk_id`` (module doc)."""
         hit = self.cache.get(chunk_id)
@@ -96,9 +110,7 @@ class ChunkSource:
             return self.build(chunk_id, conn, timeout_ms)
         if not self._reconciled:
             self.reconcile()
-        with self._guard:
-            lock = self._locks.setdefault(chunk_id, threading.Lock())
-        with lock:  # concurrent tasks wait for one build instead of building the chunk each
+        with self._lock_of(chunk_id):  # concurrent tasks wait for one build instead of building the chunk each
             hit = self.cache.get(chunk_id)
             if hit is not None:
                 return hit
@@ -107,19 +119,52 @@ class ChunkSource:
                 return self.build(chunk_id, conn, timeout_ms)
             ix = self._decode(chunk_id, blob)
             if ix is None:
-                ix = self.build(chunk_id, conn, timeout_ms)
-                with self.op._lock:
-                    terms = self.op.stats.vocabulary.terms()
-                t0 = time.perf_counter()
-                self.persisted.save(chunk_id, self.streams, ix.contexts, encode(ix), terms)
-                self.save_seconds += time.perf_counter() - t0
+                return self._build_sealed(chunk_id, conn, timeout_ms)
             self.cache.put(chunk_id, ix)
             return ix
+
+    def prebuild_one(self, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> bool:
+        """Build and persist the index of chunk ``chunk_id`` if it is sealed and has no
+        persisted index yet (a background build after a seal or a materialization, see
+        :mod:`recall.similarity_prebuild`); a present chunk is left alone. True when it
+        built one. Shares :meth:`fetch`'s per-chunk lock: a task asking meanwhile waits
+        for this build and then uses it."""
+        if self.persisted is None:
+            return False
+        if not self._reconciled:
+            self.reconcile()
+        with self._lock_of(chunk_id):
+            if self.cache.get(chunk_id) is not None:
+                return False
+            sealed, persisted = self.persisted.state(chunk_id, self.streams, conn)
+            if not sealed or persisted:
+                return False
+            self._build_sealed(chunk_id, conn, timeout_ms)
+            self.prebuilt += 1
+            return True
+
+    def _build_sealed(self, chunk_id: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
+        """Build a sealed chunk's index, persist it and cache it (the caller holds the
+        chunk's lock). Rows that change meanwhile (a late row, a re-materialization)
+        invalidate the chunk during the build: the stale index is then neither cached
+        nor left persisted, and the next use builds again."""
+        generation = self._generation.get(chunk_id, 0)
+        ix = self.build(chunk_id, conn, timeout_ms)
+        with self.op._lock:
+            terms = self.op.stats.vocabulary.terms()
+        t0 = time.perf_counter()
+        self.persisted.save(chunk_id, self.streams, ix.contexts, encode(ix), terms)
+        self.save_seconds += time.perf_counter() - t0
+        if self._generation.get(chunk_id, 0) != generation:  # invalidated while built: its rows changed
+            self.persisted.delete(chunk_id)
+            return ix
+        self.cache.put(chunk_id, ix)
+        return ix
 
     def prebuild(self, chunk_ids: Sequence[int], threads: int = 2) -> None:
         """Fetch (build and persist where missing) the indexes of ``chunk_ids`` with
         ``threads`` connections at once, so PostgreSQL formats one chunk while Python
-        parses and encodes another (e.g. after a materialization)."""
+        parses and encodes another (e.g. after a bulk load)."""
         from concurrent.futures import ThreadPoolExecutor
 
         ids = list(chunk_ids)
@@ -158,56 +203,60 @@ class ChunkSource:
 
     def build(self, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> ChunkIndex:
         """Read the chunk's events, contexts and surrounding tuples in their wide,
-        archived form (one ``COPY`` per stream, :mod:`archive.chunk_copy`) and build its
-        index (:func:`similarity.index.build_coded`): no Python step per tuple."""
+        archived form (one ``COPY`` per stream, all in one transaction,
+        :mod:`archive.chunk_copy`) and build its index
+        (:func:`similarity.index.build_coded`): no Python step per tuple."""
         t0 = time.perf_counter()
         op, grid = self.op, self.op.query.streams
         eid = f'e."{op.eid_attr}"::text'
-        ev = copy_chunk(op.store, op.event_stream, [("eid", eid), ("key", op.key_expr())], chunk_id, grid,
-                        conn, timeout_ms)
+        ctx = [(s, op._columns(s)) for s in op.context_streams]
+        sur = [(s, op._columns(s)) for s in op.surrounding_streams]
+        reads = [Read(op.event_stream, [("eid", eid), ("key", op.key_expr())]),
+                 *(Read(s, [("eid", eid), *((c, f'e."{c}"::text') for c in cols)], with_ts=False, coded=True)
+                   for s, cols in ctx),
+                 *(Read(s, [("eid", eid), *((c, f'e."{c}"::text') for c in cols)]) for s, cols in sur)]
+        tables = copy_reads(op.store, reads, chunk_id, grid, conn, timeout_ms)
+        ev = tables[0]
         eids = texts(ev, "eid")
-        first = ~pd.Index(eids).duplicated() & (eids != None)  # noqa: E711 (elementwise)
-        eids = eids[first]
-        ts_ns = ev.column(TS_US).to_numpy()[first] * 1000
-        keys = texts(ev, "key")[first]
+        ts_ns = ev.column(TS_US).to_numpy() * 1000
+        keys = texts(ev, "key")
         index = pd.Index(eids)
+        if index.has_duplicates or index.hasnans:  # an event archived twice (or without id): its first row
+            first = ~index.duplicated() & (eids != None)  # noqa: E711 (elementwise)
+            eids, ts_ns, keys = eids[first], ts_ns[first], keys[first]
+            index = pd.Index(eids)
         columns: list[CodedColumn] = []
-        for stream in op.context_streams:
-            cols = op._columns(stream)
-            t = copy_chunk(op.store, stream, [("eid", eid), *((c, f'e."{c}"::text') for c in cols)], chunk_id,
-                           grid, conn, timeout_ms, with_ts=False, coded=True)
-            e_codes, e_uni = codes(t, "eid")
-            at = index.get_indexer(pd.Index(e_uni, dtype=object)) if e_uni else np.zeros(0, dtype=np.int64)
+        for (_stream, cols), t in zip(ctx, tables[1:1 + len(ctx)], strict=True):
+            e_codes, e_uni = codes(t, "eid", as_array=True)
+            at = index.get_indexer(pd.Index(e_uni, dtype=object)) if len(e_uni) else np.zeros(0, dtype=np.int64)
             rows = np.where(e_codes >= 0, at[e_codes] if len(at) else -1, -1)
             for c in cols:
                 v_codes, v_uni = codes(t, c)
                 columns.append(CodedColumn(c, rows, v_codes, v_uni))
-        sur = [self._surrounding(s, chunk_id, conn, timeout_ms) for s in op.surrounding_streams]
+        surrounding = [_long(s, cols, t) for (s, cols), t in zip(sur, tables[1 + len(ctx):], strict=True)]
         t1 = time.perf_counter()
         with op._lock:  # new terms grow the shared vocabulary
-            ix = build_coded(eids, ts_ns, keys, columns, op.stats.vocabulary, op.config,
-                             pd.concat(sur, ignore_index=True) if sur else None)
+            ix = build_coded(index, ts_ns, keys, columns, op.stats.vocabulary, op.config,
+                             pd.concat(surrounding, ignore_index=True) if surrounding else None)
         t2 = time.perf_counter()
         self.read_seconds += t1 - t0
         self.build_seconds += t2 - t1
         self.builds += 1
+        self.built_chunks[chunk_id] += 1
         self.built_contexts += ix.contexts
         return ix
 
-    def _surrounding(self, stream: str, chunk_id: int, conn: Any, timeout_ms: int | None) -> pd.DataFrame:
-        """One surrounding stream's tuples of the chunk in long form (``ROW_COLUMNS``)."""
-        op = self.op
-        cols = op._columns(stream)
-        t = copy_chunk(op.store, stream, [("eid", f'e."{op.eid_attr}"::text'), *((c, f'e."{c}"::text') for c in cols)],
-                       chunk_id, op.query.streams, conn, timeout_ms)
-        wide = t.to_pandas()
-        wide["ts"] = pd.to_datetime(wide.pop(TS_US) * 1000, utc=True)
-        long = wide.melt(id_vars=["eid", "ts"], value_vars=cols, var_name="attr", value_name="value")
-        long["part"] = f"surrounding:{stream}"
-        return long[list(ROW_COLUMNS)]
-
     def stats(self) -> dict[str, Any]:
-        return {"builds": self.builds, "loads": self.loads, "corrupt": self.corrupt,
+        return {"builds": self.builds, "prebuilt": self.prebuilt, "loads": self.loads, "corrupt": self.corrupt,
                 "built_contexts": self.built_contexts, "build_seconds": self.build_seconds,
                 "read_seconds": self.read_seconds, "save_seconds": self.save_seconds,
                 "cache": self.cache.stats()}
+
+
+def _long(stream: str, cols: Sequence[str], t: Any) -> pd.DataFrame:
+    """One surrounding stream's tuples of the chunk in long form (``ROW_COLUMNS``)."""
+    wide = t.to_pandas()
+    wide["ts"] = pd.to_datetime(wide.pop(TS_US) * 1000, utc=True)
+    long = wide.melt(id_vars=["eid", "ts"], value_vars=list(cols), var_name="attr", value_name="value")
+    long["part"] = f"surrounding:{stream}"
+    return long[list(ROW_COLUMNS)]

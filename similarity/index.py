@@ -38,6 +38,7 @@ from similarity.terms import numeric_value
 from similarity.vocabulary import Vocabulary
 
 ROW_COLUMNS = ("eid", "ts", "attr", "value", "part")
+_NO_ROWS = pd.DataFrame(columns=list(ROW_COLUMNS))
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,7 +48,8 @@ class ChunkIndex:
     chunk: ContextChunk
     keys: dict[str, np.ndarray] = field(default_factory=dict)
     """``"key"``: each matrix row's incident key (text, or None), from its event row's value."""
-    surrounding: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(ROW_COLUMNS)))
+    surrounding: pd.DataFrame = field(default_factory=lambda: _NO_ROWS)
+    """Long-form surrounding rows (read only: an index without any shares one empty frame)."""
     contexts: int = 0
     """How many context rows the chunk was built from (for build rates)."""
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -100,7 +102,12 @@ class ChunkIndex:
 def _array_bytes(a: np.ndarray) -> int:
     if a.dtype != object:
         return int(a.nbytes)
-    return int(a.nbytes + 49 * a.shape[0] + sum(map(len, (x for x in a.tolist() if x is not None))))
+    xs = a.tolist()
+    try:
+        chars = len("".join(xs))  # all str: one C pass
+    except TypeError:
+        chars = sum(len(str(x)) for x in xs if x is not None)
+    return int(a.nbytes + 49 * a.shape[0] + chars)
 
 
 def _part_mask(parts: pd.Series, pred) -> np.ndarray:
@@ -163,12 +170,13 @@ def build_coded(eids: np.ndarray, ts_ns: np.ndarray, keys: np.ndarray, columns: 
     """The :class:`ChunkIndex` of one chunk in wide, dictionary-coded form: the same
     index :func:`build` makes from the long-form rows of the same tuples (terms, TF,
     numeric entries, keys), with one Python step per *distinct* value of each attribute
-    and none per tuple. ``eids`` (distinct), ``ts_ns`` and ``keys`` are the chunk's
-    events; ``surrounding`` is long form (``ROW_COLUMNS``)."""
+    and none per tuple. ``eids`` (distinct; a ``pandas.Index`` is used as it is, its
+    hash table reused), ``ts_ns`` and ``keys`` are the chunk's events; ``surrounding`` is long form (``ROW_COLUMNS``)."""
     config = config if config is not None else SimilarityConfig()
-    eids = np.asarray(eids, dtype=object)
-    if pd.Index(eids).has_duplicates:
+    at = eids if isinstance(eids, pd.Index) else pd.Index(np.asarray(eids, dtype=object))  # hashed once
+    if at.has_duplicates:
         raise SimilarityError("build_coded: the chunk's event ids must be distinct (drop repeated eids first)")
+    eids = np.asarray(at, dtype=object)
     n = eids.shape[0]
     r_parts, c_parts, numeric_parts = [], [], {}
     for col in columns:
@@ -184,8 +192,8 @@ def build_coded(eids: np.ndarray, ts_ns: np.ndarray, keys: np.ndarray, columns: 
             continue
         used = np.flatnonzero(np.bincount(codes, minlength=len(col.uniques)))
         col_of = np.full(len(col.uniques), -1, dtype=np.int64)
-        prefix, uniques = f"{col.attr}=", col.uniques
-        col_of[used] = vocabulary.add_many([prefix + str(uniques[u]) for u in used.tolist()])
+        uniques = col.uniques
+        col_of[used] = vocabulary.add_values(col.attr, [str(uniques[u]) for u in used.tolist()])
         r_parts.append(rows)
         c_parts.append(col_of[codes])
     r = np.concatenate(r_parts) if r_parts else np.zeros(0, dtype=np.int64)
@@ -197,7 +205,7 @@ def build_coded(eids: np.ndarray, ts_ns: np.ndarray, keys: np.ndarray, columns: 
         numeric.update(_numeric(rows, np.full(rows.shape[0], attr, dtype=object), values))
     chunk = ContextChunk.from_tf(eids, np.asarray(ts_ns, dtype=np.int64).astype("datetime64[ns]"), tf, numeric)
     key = np.asarray(keys, dtype=object)
-    sur = surrounding if surrounding is not None else pd.DataFrame(columns=list(ROW_COLUMNS))
+    sur = surrounding if surrounding is not None else _NO_ROWS
     if len(sur):
         sur = sur[sur["eid"].astype(str).isin(pd.Index(eids))][list(ROW_COLUMNS)].reset_index(drop=True)
     contexts = sum(int(np.asarray(c.rows).shape[0]) for c in columns)

@@ -115,7 +115,9 @@ class NumericSynopsis:
         n1 = self.n + count
         delta = value - self.mean
         self.mean += delta * count / n1
-        self.m2 += delta * (value - self.mean) * count
+        # >= 0 in exact arithmetic; rounding (values far from 0, close together) can take
+        # it a hair below, and std() would then be the square root of a negative number
+        self.m2 = max(0.0, self.m2 + delta * (value - self.mean) * count)
         self.n = n1
         if self.width is None:
             self.raw[value] = self.raw.get(value, 0) + count

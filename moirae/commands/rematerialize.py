@@ -42,6 +42,12 @@ def rematerialize_cmd(args) -> int:
                                     on_chunk=tick, batch=args.batch)
         print(f"rematerialized {len(results)} chunks of {args.query!r}: {rows['events']} events, "
               f"{rows['context']} context tuples")
+        builder = engine.deploy.indexes
+        if builder.pending():  # the rewritten chunks' similarity indexes, built in the background meanwhile
+            print(f"building the similarity indexes of {builder.pending()} more chunk(s)", flush=True)
+            builder.drain()
+        if builder.built or builder.failed:
+            print(f"similarity indexes: {builder.built} built, {builder.failed} failed (built on first use instead)")
     finally:
         engine.close()
     return 0

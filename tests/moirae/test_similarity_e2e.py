@@ -30,7 +30,7 @@ def test_deployed_while_running_recalls_past_similar_events(spark, pg, tmp_path,
     u_dir.mkdir()
     hist = sc.history()
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "recent_chunks": 20},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 20},
                                 recall={"feedback_period": 100})
     try:
         m = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(m_dir))

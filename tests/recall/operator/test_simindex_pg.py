@@ -9,6 +9,7 @@ built once, persisted, cached) and the reference rebuilds every chunk from its r
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -74,6 +75,15 @@ def _seen(outputs) -> list[tuple]:
             for o in outputs]
 
 
+def _matches_reference(seen: list[tuple], ref: list[tuple]) -> bool:
+    """Equal to the reference path's outputs, scores to 1e-12 relative: the reference
+    builds its chunk another way (``ContextChunk.from_contexts``), and a cosine summed in
+    another order may differ in the last bit (0.889848224031382 vs ...3821, once)."""
+    return len(seen) == len(ref) and all(
+        a[:3] == b[:3] and a[4:] == b[4:] and (a[3] == b[3] or math.isclose(a[3], b[3], rel_tol=1e-12))
+        for a, b in zip(seen, ref, strict=True))
+
+
 def _indexed(op: SimilarityRecall, arch: Archiver, event: dict) -> list[tuple]:
     state = op.start(op.task_for(event))
     out = []
@@ -122,7 +132,8 @@ def test_persisted_index_gives_the_reference_top_k(pg_dsn, raw, query):
         q = _query([{k: v for k, v in t.items() if v is not None} for t in query])
         first = _indexed(op, arch, q)          # builds and persists
         again = _indexed(op, arch, q)          # from the memory cache
-        assert first == again == _reference(op, arch, q)
+        assert first == again  # the same matrix, bit for bit
+        assert _matches_reference(first, _reference(op, arch, q))
         assert op.source.builds == len(_chunks(arch))
         op2 = _op(arch, [])                   # a restart: statistics restored, nothing rebuilt
         op2.restore(op.snapshot())
@@ -188,7 +199,7 @@ def test_retention_and_rematerialization_invalidate_exactly_their_chunks(pg):
     before = op.source.builds
     ix = op.fetch_chunk(None, ids[-1])
     assert op.source.builds == before + 1 and "user=zed" in {op.stats.vocabulary.term(c) for c in ix.chunk.tf_sq.indices}
-    assert _indexed(op, arch, q) == _reference(op, arch, q)
+    assert _matches_reference(_indexed(op, arch, q), _reference(op, arch, q))
     arch.close()
 
 
