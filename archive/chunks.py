@@ -42,10 +42,13 @@ CHUNKS_PER_TRANSACTION = 32
 """New chunks created per transaction (each holds a lock on its partition until commit)."""
 
 LADDER: tuple[timedelta, ...] = (
-    timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15), timedelta(hours=1),
-    timedelta(hours=6), timedelta(days=1), timedelta(days=7), timedelta(days=28))
+    timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15), timedelta(minutes=30),
+    timedelta(hours=1), timedelta(hours=2), timedelta(hours=6), timedelta(hours=12), timedelta(days=1),
+    timedelta(days=7), timedelta(days=28))
 """Calendar-friendly chunk intervals a rate-based choice rounds down to; each divides the
-next, so chunks of different streams nest."""
+next, so chunks of different streams nest, and all tile time from the epoch. The first
+step is the floor, the last the ceiling. From 5 minutes to a day no two neighbours are
+more than 3x apart, so there rounding down leaves a chunk at least a third of its target."""
 
 
 def choose_interval(rows: int, span: timedelta, target_rows: int, fallback: timedelta) -> timedelta:
@@ -57,6 +60,8 @@ def choose_interval(rows: int, span: timedelta, target_rows: int, fallback: time
     datetime.timedelta(days=1)
     >>> choose_interval(36_000, timedelta(hours=1), 1_000_000, timedelta(hours=1))  # 10 rows/s
     datetime.timedelta(days=1)
+    >>> choose_interval(36_000, timedelta(hours=1), 500_000, timedelta(hours=1))  # the default target
+    datetime.timedelta(seconds=43200)
     >>> choose_interval(1_000_000, timedelta(seconds=1), 1_000, timedelta(hours=1))
     datetime.timedelta(seconds=60)
     >>> choose_interval(1, timedelta(0), 1_000, timedelta(hours=1))

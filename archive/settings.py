@@ -6,6 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+DEFAULT_CHUNK_TARGET_ROWS = 500_000
+"""The engine's default ``archive.chunk_target_rows`` (``config/moirae.yaml`` says why).
+:class:`ArchiveSettings` itself defaults to no rate-based choice (one ``chunk_span``)."""
+
 
 @dataclass(frozen=True)
 class ArchiveSettings:

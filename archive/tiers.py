@@ -1,7 +1,10 @@
 """Tier transitions, retention and the archive's status (M 4.1; DESIGN.md §3).
 
 - ``demote(horizon)``: present chunks whose end is <= the expiry horizon become recent
-  and get the stream's indexes. The horizon comes from Ananke (``min_K W_K - U``) or,
+  and get the stream's indexes; :func:`archive.simindex.ready` tells the Similarity
+  Recall index builders (issue 10 §1). Bulk-loaded (old) chunks whose end is past it
+  become present (``revive``), and any similarity index of theirs is dropped, since
+  their rows will change. The horizon comes from Ananke (``min_K W_K - U``) or,
   for a stream no instrumented query reads, from its own watermark.
 - ``age()``: of each stream's non-present chunks, the newest R are recent (indexed),
   the rest old (indexes dropped). Always whole chunks: DDL on one partition, never
@@ -31,7 +34,7 @@ _QUALIFIED = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 
 @dataclass(frozen=True)
 class Transition:
-    """One whole-chunk change: ``action`` is demote, index, unindex, prune or drop."""
+    """One whole-chunk change: ``action`` is demote, revive, index, unindex, prune or drop."""
 
     stream: str
     chunk_id: int
@@ -74,12 +77,34 @@ def demote(arch: Archiver, horizon: datetime, streams: Iterable[str] | None = No
                             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                             (f"horizon:{name}", json.dumps(horizon_now.isoformat())))
             arch._horizons[name] = horizon_now
+        sealed = []
         for info in arch.chunks(name, Tier.PRESENT):
             if info.end <= horizon_now:
                 _set_tier(arch, spec, info.chunk_id, Tier.RECENT, index=True)
                 arch.present.invalidate(name, info.chunk_id)
                 out.append(Transition(name, info.chunk_id, Tier.PRESENT, Tier.RECENT, "demote", info.rows))
+                sealed.append(info.chunk_id)
+        simindex.ready(arch, name, sealed)  # their similarity indexes can be built now, in the background
+        out += _revive(arch, spec, horizon_now)
     return out
+
+
+def _revive(arch: Archiver, spec, horizon: datetime) -> list[Transition]:
+    """Bulk-loaded chunks (created old) that the horizon has not passed become present:
+    their tuples can still contribute (DESIGN.md §3: only the horizon moves a chunk out of
+    the present tier). Typically the chunk a loaded history ends in, which the live stream
+    goes on to fill; left old, its live rows would count as late."""
+    if spec.kind != "raw":  # a derived stream's chunks (and similarity indexes) are materialization's
+        return []
+    with arch._conn() as conn, conn.cursor() as cur:
+        cur.execute("SELECT chunk_id, tier, rows FROM moirae_chunks WHERE stream = %s AND NOT dropped "
+                    "AND tier <> %s AND end_ts > %s", (spec.name, Tier.PRESENT.value, horizon))
+        ahead = [Transition(spec.name, int(cid), Tier(t), Tier.PRESENT, "revive", int(n))
+                 for cid, t, n in cur.fetchall()]
+    for move in ahead:
+        _set_tier(arch, spec, move.chunk_id, Tier.PRESENT, index=False)
+    simindex.invalidate(arch, spec.name, [m.chunk_id for m in ahead])  # rows will change: rebuilt once sealed
+    return ahead
 
 
 def age(arch: Archiver) -> list[Transition]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from archive.settings import ArchiveSettings
+from archive.settings import DEFAULT_CHUNK_TARGET_ROWS, ArchiveSettings
 from scheduler.errors import MoiraeError
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "config" / "moirae.yaml"
@@ -106,7 +106,7 @@ class ArchiveConfig:
     statement_timeout: timedelta = field(default=timedelta(seconds=30), metadata=_check(_positive))
     present_cache_rows: int = field(default=2_000_000, metadata=_check(_non_negative))
     maintenance_interval: timedelta = field(default=timedelta(seconds=10), metadata=_check(_positive))
-    chunk_target_rows: int = field(default=0, metadata=_check(_non_negative))
+    chunk_target_rows: int = field(default=DEFAULT_CHUNK_TARGET_ROWS, metadata=_check(_non_negative))
 
     def settings(self) -> ArchiveSettings:
         return ArchiveSettings(self.chunk_span, self.recent_chunks,

@@ -193,8 +193,8 @@ def test_sigkill_between_partition_copies_then_replay_equals_source(pg_dsn, requ
 def test_first_batch_fixes_the_streams_interval_from_its_rate(spark, pg):
     """With ``chunk_target_rows``, the stream's interval is chosen from its first batch's
     rate (archive.chunks), on the executor path as on the driver's: 33 rows 13 minutes
-    apart, 10 rows per chunk -> about 130 minutes per chunk, rounded down to 1 hour...
-    unless the ladder says otherwise; either way every row lands in a chunk of that grid."""
+    apart, 10 rows per chunk -> about 130 minutes per chunk, rounded down to the ladder's
+    2 hours; every row lands in a chunk of that grid."""
     arch = make_archiver(pg, span=timedelta(minutes=7), chunk_target_rows=10)
     arch.register_stream(metrics_spec())
     try:
@@ -203,7 +203,7 @@ def test_first_batch_fixes_the_streams_interval_from_its_rate(spark, pg):
         archive_batches(arch, "metrics")(df, 0)
         assert arch.has_interval("metrics")
         grid = arch.grid_of("metrics")
-        assert grid.span == timedelta(hours=1)  # the ladder's step below 33 rows / 7 h * 10 rows
+        assert grid.span == timedelta(hours=2)  # the ladder's step below 33 rows / 7 h * 10 rows
         infos = arch.chunks("metrics")
         assert sum(c.rows for c in infos) == len(frame)
         assert all(c.end - c.start == grid.span for c in infos)

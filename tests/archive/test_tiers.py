@@ -19,7 +19,7 @@ from arch_helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive import Tier
+from archive import Tier, simindex
 from archive.names import index_name, partition_name
 
 pytestmark = pytest.mark.postgres
@@ -83,6 +83,50 @@ def test_demote_is_by_horizon_not_clock_and_never_goes_back(archiver):
     # chunks created behind the horizon by late rows are not present
     result = archiver.append("metrics", 1, rows(2, start=T0 - timedelta(hours=5), first=99))
     assert _tiers(archiver)[result.chunks[0]] is not Tier.PRESENT
+
+
+def test_bulk_history_ahead_of_the_horizon_is_present_so_live_rows_are_not_late(archiver):
+    """A loaded history (bulk: old chunks) whose last chunk reaches past the horizon, as a
+    day-long chunk does when history ends at noon: demote makes that chunk present (only
+    the horizon moves a chunk out of the present tier), so the live rows that follow into
+    it are not counted late; the chunks behind the horizon stay old."""
+    archiver.append("metrics", -1, rows(30, step=timedelta(minutes=10)), bulk=True)  # T0 .. T0+4h50
+    assert set(_tiers(archiver).values()) == {Tier.OLD}
+    horizon = T0 + timedelta(hours=4, minutes=30)  # the history ends inside the 5th chunk
+    moves = archiver.demote(horizon)
+    last = archiver.grid.chunk_of(horizon)
+    assert [(m.chunk_id, m.from_tier, m.to_tier, m.action) for m in moves] == [
+        (last, Tier.OLD, Tier.PRESENT, "revive")]
+    assert {c: t for c, t in _tiers(archiver).items() if c != last} == {
+        c: Tier.OLD for c in _tiers(archiver) if c != last}
+    live = archiver.append("metrics", 0, rows(3, start=horizon + timedelta(minutes=1), first=500))
+    assert (live.rows, live.late_rows) == (3, 0)
+    check_layout(archiver)
+    assert archiver.demote(horizon) == []  # nothing left to revive
+
+
+def test_a_revived_chunk_loses_its_similarity_index(archiver):
+    """A revived chunk's rows will change, so a similarity index persisted for it (built
+    while it was old) is dropped, persisted and in memory, and rebuilt once it is sealed
+    again; the other chunks keep theirs."""
+    archiver.append("metrics", -1, rows(30, step=timedelta(minutes=10)), bulk=True)
+    horizon = T0 + timedelta(hours=4, minutes=30)
+    last = archiver.grid.chunk_of(horizon)
+    store = simindex.IndexStore(archiver, "sim")
+    for c in _tiers(archiver):
+        store.save(c, ["metrics"], 1, b"blob", [])
+    told: list[tuple[str, list[int]]] = []
+
+    def listener(stream, ids):
+        told.append((stream, list(ids)))
+
+    simindex.listen(listener)
+    try:
+        archiver.demote(horizon)
+    finally:
+        simindex.unlisten(listener)
+    assert told == [("metrics", [last])]
+    assert sorted(store.chunk_ids()) == sorted(c for c in _tiers(archiver) if c != last)
 
 
 def test_demote_rejects_naive_horizon(archiver):
