@@ -26,7 +26,7 @@ from moirae.errorlog import log_dir, route_logging  # noqa: E402
 def main(data_dir: str, dsn: str, schema: str, folder: str, control: str) -> None:
     route_logging(log_dir(data_dir) / "engine.log")
     engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m"})
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0})
     df = engine.spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(folder)
     engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
     engine.event_query("overload", sc.overload, inputs=["metrics"])

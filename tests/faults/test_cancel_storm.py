@@ -90,7 +90,7 @@ def test_cancel_storm(private_pg, private_db, tmp_path, monkeypatch):
     base_threads = {t.ident for t in threading.enumerate()}
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"),
                                 postgres={"dsn": dsn, "schema": private_db.schema},
-                                archive={"chunk_span": "10m"}, recall={"max_concurrent": 2})
+                                archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2})
     try:
         engine.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"},
                                                          indexes=[("sid",)]))

@@ -43,7 +43,7 @@ def test_postgres_restart_mid_stream(private_pg, private_db, tmp_path, monkeypat
     monkeypatch.setenv("MOIRAE_PG_RETRY_SECONDS", "90")
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"),
                                 postgres={"dsn": private_pg.dsn, "schema": private_db.schema},
-                                archive={"chunk_span": "10m"}, recall={"max_concurrent": 2})
+                                archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2})
     try:
         engine.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"},
                                                          indexes=[("sid",)]))

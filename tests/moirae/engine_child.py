@@ -2,7 +2,8 @@
 
 Usage: python engine_child.py DATA_DIR DSN SCHEMA FOLDER SECONDS
 Runs the overload event-query with a slow Recall (so tasks are open when killed) over
-CSV files in FOLDER for SECONDS (or until killed), printing "EVENTS n" as events come.
+CSV files in FOLDER for SECONDS (or until killed), printing "EVENTS n OPEN m" every 0.5 s
+(n events detected, m of them with recall still open); the kill tests wait for m > 0.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ SLOW_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n, max(pg_sleep(0.0
 
 def main(data_dir: str, dsn: str, schema: str, folder: str, seconds: float) -> None:
     engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m"},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
                                 recall={"feedback_period": 100, "max_concurrent": 1})
     df = engine.spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(folder)
     engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
