@@ -22,7 +22,7 @@ def engine(pg, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     monkeypatch.delenv("MOIRAE_API_TOKEN", raising=False)
     e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           archive={"chunk_span": "10m"}, recall={"max_concurrent": 2, "tickets_per_result": 0})
+                           archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2, "tickets_per_result": 0})
     e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"},
                                                 indexes=[("sid",)]))
     n = HOURS * 360

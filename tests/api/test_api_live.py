@@ -33,7 +33,7 @@ def test_live_alerts_stream_and_carry_provenance(spark, pg, tmp_path, monkeypatc
     inp = tmp_path / "in"
     inp.mkdir()
     e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           spark={"trigger": "300ms"}, archive={"chunk_span": "10m"})
+                           spark={"trigger": "300ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
     server = None
     try:
         rng = np.random.default_rng(1)
@@ -74,8 +74,12 @@ def test_live_alerts_stream_and_carry_provenance(spark, pg, tmp_path, monkeypatc
         eid = seen[0]["eid"]
         with httpx.Client(base_url=server.url, timeout=30) as c:
             assert eid in [x["eid"] for x in c.get("/api/events", params={"type": "overload"}).json()["events"]]
-            d = wait_for(lambda: (lambda d: d if d["results"] and d["provenance"]["sources"] else None)(
-                (e.deploy.results.flush(), c.get(f"/api/events/{eid}").json())[1]), timeout=90, what="results")
+            # an archive wait that times out on a loaded machine records the event before all
+            # of its window is archived: the tuples' payloads appear once they are
+            d = wait_for(lambda: (lambda d: d if d["results"] and d["provenance"]["sources"]
+                                  and all(s["stream"] for s in d["provenance"]["sources"]) else None)(
+                (e.deploy.results.flush(), c.get(f"/api/events/{eid}").json())[1]), timeout=90,
+                what="results and the provenance tuples' payloads")
         assert d["results"]["overload_recall0"]["current"][0]["row"]["sid"] == "s0"
         prov = d["provenance"]
         assert prov["available"] is True

@@ -19,7 +19,7 @@ def test_ankn_variant_writes_the_live_provenance_graph(spark, pg, tmp_path, monk
     folder = tmp_path / "in"
     folder.mkdir()
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m"},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
                                 ananke={"variant": "ankn"})
     try:
         df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))

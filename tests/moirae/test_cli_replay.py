@@ -171,7 +171,9 @@ def test_a_killed_replay_resumes_where_it_stopped_with_nothing_twice(pg, config,
 
 def test_replayed_history_is_tiered_by_the_streams_own_watermark(pg, config, tmp_path):
     """No query reads a replayed stream, so its own watermark decides the tiers: a replayed
-    three days end up recent and old, with at most the newest chunk present."""
+    three days end up recent and old, with at most the newest chunk present (hourly
+    chunks: the rate-based choice, 2 rows an hour, would make it one chunk)."""
+    config.write_text(config.read_text() + "archive:\n  chunk_target_rows: 0\n")
     f = tmp_path / "days.csv"
     f.write_text("ts,host,v\n" + "\n".join(f"2024-01-0{1 + i // 48}T{(i % 48) // 2:02d}:{30 * (i % 2):02d}:00Z,h1,{i}"
                                            for i in range(144)) + "\n")

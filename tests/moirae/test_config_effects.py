@@ -86,7 +86,7 @@ def test_maintenance_interval_paces_the_maintenance_job(pg, tmp_path, monkeypatc
     tiers = {}
     for interval in ("50ms", "1h"):
         e = _engine(tmp_path, pg, monkeypatch,
-                    archive={"chunk_span": "1h", "recent_chunks": 1, "maintenance_interval": interval})
+                    archive={"chunk_span": "1h", "chunk_target_rows": 0, "recent_chunks": 1, "maintenance_interval": interval})
         try:
             name = f"m{interval.replace('ms', '')}"
             e.archiver.register_stream(StreamSpec.build(name, "ts", {"v": "double"}))
@@ -115,7 +115,7 @@ def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkey
     for label, sim in (("default", {}), ("set", {"k": 3, "bandwidth": 0.5, "histogram_bins": 8, "novelty": 0.3,
                                                "novelty_quantile": 0.2, "index_cache_mb": 3,
                                                "idf": "paper"})):
-        e = _engine(tmp_path, pg, monkeypatch, similarity=sim, archive={"chunk_span": "30m"})
+        e = _engine(tmp_path, pg, monkeypatch, similarity=sim, archive={"chunk_span": "30m", "chunk_target_rows": 0})
         try:
             df = spark.readStream.schema(sc.SCHEMA).csv(str(tmp_path))
             e.source("metrics", df, ts="ts", lateness="30 seconds")
@@ -145,7 +145,7 @@ def test_ananke_enabled_and_variant_choose_the_provenance(spark, pg, tmp_path, m
     live ANK-N run: tests/moirae/test_ankn_live.py)."""
     flows = {}
     for label, ananke in (("off", {"enabled": False}), ("ank1", {}), ("ankn", {"variant": "ankn"})):
-        e = _engine(tmp_path, pg, monkeypatch, ananke=ananke, archive={"chunk_span": "30m"})
+        e = _engine(tmp_path, pg, monkeypatch, ananke=ananke, archive={"chunk_span": "30m", "chunk_target_rows": 0})
         try:
             df = spark.readStream.schema(sc.SCHEMA).csv(str(tmp_path))
             e.source("metrics", df, ts="ts", lateness="30 seconds")

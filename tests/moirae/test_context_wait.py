@@ -58,7 +58,7 @@ def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypa
     m_dir.mkdir()
     u_dir.mkdir()
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "500ms"}, archive={"chunk_span": "10m"})
+                                spark={"trigger": "500ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
     try:
         metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(m_dir))
         users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(u_dir))
@@ -101,7 +101,7 @@ def test_events_archived_but_never_processed_are_recovered_at_start(spark, pg, t
     for d in ("metrics", "users"):
         (tmp_path / d).mkdir()
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                archive={"chunk_span": "10m"})
+                                archive={"chunk_span": "10m", "chunk_target_rows": 0})
     try:
         metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(tmp_path / "metrics"))
         users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(tmp_path / "users"))

@@ -28,7 +28,7 @@ def _engine(tmp_path, pg, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     return Engine.from_config(None, data_dir=str(tmp_path / "data"),
                               postgres={"dsn": pg.dsn, "schema": pg.schema},
-                              spark={"trigger": "200ms"}, archive={"chunk_span": "10m"})
+                              spark={"trigger": "200ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
 
 
 def _wait_rows(engine, n, timeout=60):

@@ -28,7 +28,7 @@ RECALL_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, stddev(h.bw) AS sd_bw, count(
 def make_engine(tmp_path, pg, monkeypatch, spark, folder, **overrides):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "recent_chunks": 4},
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4},
                                 recall={"feedback_period": 100}, **overrides)
     df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
     engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])

@@ -18,7 +18,7 @@ def test_a_nul_in_a_live_stream_is_dead_lettered_and_the_stream_goes_on(spark, p
     folder = tmp_path / "in"
     folder.mkdir()
     engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m"})
+                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0})
     parts = sc.live()
     bad = parts[1].copy()
     bad["sid"] = bad["sid"].where(bad["sid"] != "s1", "s1\x00x")  # a whole server's readings: an event too
