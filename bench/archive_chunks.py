@@ -19,6 +19,19 @@ Target: median TTFR of the large archive <= 1.3x the small archive's.
 
 Run: ``python -m bench.archive_chunks [--quick]`` (published as ``archive_chunks_quick``
 when quick).
+
+``--intervals`` measures instead what rate-based chunk intervals (``archive.chunk_target_rows``,
+the engine's default, :mod:`archive.chunks`) change against the old default, one global
+``chunk_span`` of 1 hour, in the same run: the same history (``--rate`` rows a second
+from 12 hosts, by default the ``cluster`` scenario's metrics rate, 12 servers at one row
+per 10 s; ``--days``, quick 7, else 28) is loaded into one archive per setting (the
+global hour, and each ``--target-rows``, by default the engine's default), a day per
+batch, and events at the present are recalled through the Recall Manager, in rotating
+order, each reading the whole history. Reported: the interval chosen, chunks and rows
+per chunk, time to first result (the newest chunk's aggregate) and time until the whole
+history was read (the boundary). No chunk is indexed (bulk loads land in the old tier):
+the worst case for a chunk's scan. Published as
+``archive_chunks_intervals[_RATErps][_quick]``.
 """
 
 from __future__ import annotations
@@ -27,8 +40,11 @@ import argparse
 import os
 import statistics
 import time
+from datetime import timedelta
 
 from bench._recall_common import (
+    NOW,
+    SPAN,
     FirstChunkOperator,
     FirstOutputClock,
     archive,
@@ -41,6 +57,7 @@ from recall.manager import RecallManager
 
 FLAT_TARGET = 1.3
 SMALL = 200
+SERVERS, PERIOD_S = 12, 10  # the cluster scenario's metrics: one row per server per 10 s
 ROWS_PER_CHUNK = 20
 BATCH_CHUNKS = 500
 
@@ -52,11 +69,30 @@ def load(arch, chunks: int, stream: str) -> float:
     return time.perf_counter() - t
 
 
+def _managers(archs: dict) -> tuple[FirstOutputClock, dict]:
+    """One Recall Manager per archive (4 concurrent history-queries) with the first-chunk
+    operator ``ttfr``, and the sink they share."""
+    sink = FirstOutputClock()
+    mgrs = {tag: RecallManager(a, max_concurrent=4, on_output=sink, timeout_ms=600_000) for tag, a in archs.items()}
+    for tag, mgr in mgrs.items():
+        mgr.register(FirstChunkOperator(archs[tag], name="ttfr"))
+    return sink, mgrs
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 x 1,000 chunks instead of 10 x 2,000")
     ap.add_argument("--events", type=int, default=30, help="events per archive")
+    ap.add_argument("--intervals", action="store_true",
+                    help="compare the default rate-based chunk interval with one global 1 h span instead")
+    ap.add_argument("--rate", type=float, default=SERVERS / PERIOD_S,
+                    help="--intervals: rows a second (default: the cluster scenario's metrics, 1.2)")
+    ap.add_argument("--days", type=int, help="--intervals: days of history (default 7 quick, else 28)")
+    ap.add_argument("--target-rows", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="--intervals: chunk_target_rows values to compare, comma-separated (default: the default)")
     args = ap.parse_args(argv)
+    if args.intervals:
+        return intervals(args.quick, args.events, args.rate, args.days, args.target_rows)
     n_streams, per_stream = (2, 1_000) if args.quick else (10, 2_000)
     large = n_streams * per_stream
     name = "archive_chunks_quick" if args.quick else "archive_chunks"
@@ -76,12 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                 # the queried stream only: a database-wide ANALYZE locks every partition of a
                 # parent in one transaction (out of lock memory at 20,000)
                 cur.execute('ANALYZE "metrics"')
-        sink = FirstOutputClock()
-        mgrs = {tag: RecallManager(a, max_concurrent=4, on_output=sink, timeout_ms=600_000)
-                for tag, a in archs.items()}
+        sink, mgrs = _managers(archs)
         try:
             for tag, mgr in mgrs.items():
-                mgr.register(FirstChunkOperator(archs[tag], name="ttfr"))
                 for w in range(3):  # warm-up, not counted
                     first_result(mgr, sink, f"{tag}-warm-{w}", "ttfr")
             for i in range(args.events):
@@ -137,6 +170,114 @@ def main(argv: list[str] | None = None) -> int:
             "ratio": ratio, "flat_target": FLAT_TARGET, "load_average": load_avg}
     publish(name, data, md, fig, targets=targets(data))
     return exit_code(targets(data))
+
+
+def _history(days: int, rate: float, rng) -> list:
+    """``rate`` rows a second from SERVERS hosts (each one row per SERVERS / rate s), one
+    frame per day ending at NOW (jittered times within each period; own source ids)."""
+    import numpy as np
+    import pandas as pd
+
+    period = SERVERS / rate
+    per_day = int(86_400 / period)
+    frames = []
+    for d in range(days, 0, -1):
+        day0 = pd.Timestamp(NOW) - pd.Timedelta(days=d)
+        slot = np.repeat(np.arange(per_day), SERVERS)
+        offs = (slot + rng.uniform(0, 1, len(slot))) * period
+        frame = pd.DataFrame({"ts": day0 + pd.to_timedelta(offs, unit="s"),
+                              "host": np.char.add("h", np.tile(np.arange(SERVERS), per_day).astype(str)),
+                              "v": rng.normal(50, 10, len(slot))})
+        frame["_sid"] = np.arange(len(frame), dtype=np.int64) + d * 10**10
+        frames.append(frame)
+    return frames
+
+
+def intervals(quick: bool, events: int, rate: float, days: int | None, targets_rows: list[int]) -> int:
+    """Rate-based intervals (the default target, or ``targets_rows``) vs one global 1 h
+    span: the same history, the same run."""
+    import numpy as np
+
+    from archive.archiver import Archiver
+    from archive.settings import DEFAULT_CHUNK_TARGET_ROWS, ArchiveSettings
+    from archive.streams import StreamSpec
+
+    days = days or (7 if quick else 28)
+    targets_rows = targets_rows or [DEFAULT_CHUNK_TARGET_ROWS]
+    name = ("archive_chunks_intervals" + ("" if rate == SERVERS / PERIOD_S else f"_{rate:g}rps".replace(".", "_"))
+            + ("_quick" if quick else ""))
+    settings = {"global 1h": ArchiveSettings(chunk_span=SPAN, statement_timeout_ms=600_000)}
+    for rows in targets_rows:
+        tag = f"rate-based, {rows:,} rows" + (" (the default)" if rows == DEFAULT_CHUNK_TARGET_ROWS else "")
+        settings[tag] = ArchiveSettings(chunk_span=SPAN, statement_timeout_ms=600_000, chunk_target_rows=rows)
+    frames = _history(days, rate, np.random.default_rng(7))
+    dbs = {tag: database(f"iv{i}") for i, tag in enumerate(settings)}
+    archs = {tag: Archiver(dbs[tag], s) for tag, s in settings.items()}
+    res = {tag: {"first": [], "whole": []} for tag in settings}
+    info: dict[str, dict] = {}
+    try:
+        for tag, arch in archs.items():
+            arch.register_stream(StreamSpec.build("metrics", "ts", {"host": "text", "v": "double"}))
+            t = time.perf_counter()
+            for b, frame in enumerate(frames):
+                arch.append("metrics", b + 1, frame, bulk=True)
+            cat = arch.chunks("metrics")
+            info[tag] = {"interval_s": arch.grid_of("metrics").span.total_seconds(), "chunks": len(cat),
+                         "rows": sum(c.rows for c in cat), "max_rows_per_chunk": max(c.rows for c in cat),
+                         "load_s": time.perf_counter() - t}
+            with dbs[tag].connection() as conn, conn.cursor() as cur:
+                cur.execute('ANALYZE "metrics"')
+            print(f"{tag}: {info[tag]}", flush=True)
+        sink, mgrs = _managers(archs)
+        try:
+            tags = list(settings)
+            for i in range(-2, events):  # two warm-up rounds, not counted
+                for tag in tags[i % len(tags):] + tags[:i % len(tags)]:  # rotating order
+                    eid = f"{tag}-{i + 2}"
+                    ev = {"eid": eid, "ts": NOW - timedelta(seconds=i + 3), "host": f"h{i % SERVERS}"}
+                    t0 = time.perf_counter()
+                    mgrs[tag].submit(ev, "ttfr")
+                    with sink.cond:
+                        if not sink.cond.wait_for(lambda e=eid: e in sink.ended, 600):
+                            raise RuntimeError(f"event {eid} did not read its whole history in 600 s")
+                    if i >= 0:
+                        res[tag]["first"].append(sink.first[eid] - t0)
+                        res[tag]["whole"].append(sink.ended[eid] - t0)
+        finally:
+            for mgr in mgrs.values():
+                mgr.close()
+    finally:
+        for tag, arch in archs.items():
+            arch.close()
+            dbs[tag].drop_schema()
+
+    load_avg = os.getloadavg()[0]
+    med = {tag: {k: statistics.median(v) for k, v in r.items()} for tag, r in res.items()}
+    base = "global 1h"
+    for tag in settings:
+        print(f"{tag}: {info[tag]['chunks']} chunks of {info[tag]['interval_s'] / 3600:g} h, median first result "
+              f"{med[tag]['first'] * 1e3:.1f} ms, whole history {med[tag]['whole'] * 1e3:.1f} ms")
+    print(f"load average {load_avg:.1f}")
+    md = (
+        f"### Rate-based chunk intervals vs one global span{' (quick)' if quick else ''}\n\n"
+        f"The same {days} days at {rate:g} rows/s ({SERVERS} hosts; {info[base]['rows']:,} rows) loaded a day per "
+        "batch into one archive per setting: the old default, one global 1 h `chunk_span`, and rate-based "
+        "intervals (`chunk_target_rows`: the interval chosen from the first batch's rate, rounded down to the "
+        "ladder). No chunk indexed (worst case). "
+        f"{events} events per archive through the Recall Manager (4 concurrent history-queries), in rotating "
+        f"order; each reads the whole history. Load average at the end: {load_avg:.1f}.\n\n"
+        "| setting | interval | chunks | max rows a chunk | load (s) | median first result (ms) | "
+        "median whole history (ms) |\n|---|---|---|---|---|---|---|\n"
+        + "".join(f"| {tag} | {info[tag]['interval_s'] / 3600:g} h | {info[tag]['chunks']:,} | "
+                  f"{info[tag]['max_rows_per_chunk']:,} | {info[tag]['load_s']:.1f} | {med[tag]['first'] * 1e3:.1f} | "
+                  f"{med[tag]['whole'] * 1e3:.1f} |\n" for tag in settings)
+        + "".join(f"\n{tag} / global 1h: chunks {info[tag]['chunks'] / info[base]['chunks']:.3f}x, first result "
+                  f"{med[tag]['first'] / med[base]['first']:.2f}x, whole history "
+                  f"{med[tag]['whole'] / med[base]['whole']:.2f}x.\n" for tag in settings if tag != base))
+    data = {"days": days, "rate_rows_per_s": rate, "default_target_rows": DEFAULT_CHUNK_TARGET_ROWS,
+            "settings": info, "events": events, "seconds": res, "median": med, "load_average": load_avg}
+    publish(name, data, md, targets=[])  # a measurement of the change; no stated target
+    return 0
 
 
 def targets(data: dict) -> list[dict]:

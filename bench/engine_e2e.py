@@ -139,6 +139,20 @@ def jvm_rss(me: psutil.Process) -> int | None:
     return None
 
 
+def batch_times(engine) -> dict:
+    """Per live streaming query, its recent batches' ``triggerExecution`` times (ms): a
+    batch longer than the trigger delays every window that closes during it."""
+    queries = [s.query for s in engine._sources.values()] + [f.streaming for f in engine.deploy.flows.values()]
+    out = {}
+    for q in queries:
+        if q is None:
+            continue
+        dur = [p["durationMs"].get("triggerExecution", 0) for p in q.recentProgress if p.get("durationMs")]
+        out[q.name or str(q.id)] = {"batches": len(dur), "median": pct(dur, 0.5), "p90": pct(dur, 0.9),
+                                    "max": max(dur, default=None)}
+    return out
+
+
 def live_run(b: Bench, path: Path, minutes: float, sample_s: float) -> dict:
     from datetime import timedelta
 
@@ -174,6 +188,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float) -> dict:
                 "open_tasks": sum(1 for t in tasks if t.state.value in OPEN_STATES
                                   and not t.operator.startswith("replica_")),
                 "alerts": len(bus.alert)})
+        batches = batch_times(engine)
         clock.stop()
         engine.stop()
     finally:
@@ -198,7 +213,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float) -> dict:
     return {"minutes": minutes, "trigger_s": trigger, "setup_s": round(setup_s, 1), "deploy": info,
             "window_close_to_api": {k: {**stats(v), "p99_s": pct(v, 0.99)} for k, v in api.items()},
             "window_close_to_api_target_s": 2 * trigger + 0.5, "api_errors": clock.errors,
-            "api_alerts": len(clock.seen), "archive_waits": waits,
+            "api_alerts": len(clock.seen), "archive_waits": waits, "batch_ms": batches,
             "alerts": len(bus.alert), "engine_detect_to_first_history": stats(engine_lat),
             "bus_alert_to_first_norm": stats(norm), "bus_alert_to_first_similar": stats(similar),
             "target_median_s": target,
@@ -524,7 +539,10 @@ def targets(data: dict) -> list[dict]:
     Spark; memory soak growth <= 10 % over 10 minutes."""
     live, tp = data["latency_and_memory"], data["throughput"]
     lat = live["engine_detect_to_first_history"]["median_s"]
-    growth = live["memory"]["driver_rss_mb"]["growth_pct"]
+    mem = live["memory"]
+    first = mem["driver_rss_mb"]["after_warmup"] + mem["jvm_rss_mb"]["after_warmup"]
+    last = mem["driver_rss_mb"]["end"] + mem["jvm_rss_mb"]["end"]
+    growth = round(100 * (last - first) / first, 1)  # DESIGN §7: the driver is Python + its JVM
     short = live["minutes"] < 10
     d = live["window_close_to_api"]["similar"]
     goal = live["window_close_to_api_target_s"]
@@ -535,8 +553,10 @@ def targets(data: dict) -> list[dict]:
                    f"{lat} s", bool(live["meets_target"])),
             target("live throughput, full engine vs plain Spark (scenario's Python source)", ">= 0.7x",
                    f"{tp['full_over_plain']:.2f}x", tp["full_over_plain"] >= 0.7),
-            target(f"memory soak, driver RSS growth after warm-up ({live['minutes']:g} min)", "<= 10 % over 10 min",
-                   f"{growth:+.1f} %", None if short and growth <= 10 else growth <= 10,
+            target(f"memory soak, driver RSS (Python + JVM) growth after warm-up ({live['minutes']:g} min)",
+                   "<= 10 % over 10 min", f"{growth:+.1f} % ({first:,.0f} -> {last:,.0f} MB; Python "
+                   f"{mem['driver_rss_mb']['growth_pct']:+.1f} %, JVM {mem['jvm_rss_mb']['growth_pct']:+.1f} %)",
+                   None if short and growth <= 10 else growth <= 10,
                    "shorter than the 10 minutes the target is stated for" if short else "")]
 
 
