@@ -82,7 +82,10 @@ def publish(name: str, data: dict, markdown: str, figure=None, targets: list[dic
 
 def _status(t: dict) -> str:
     met = t.get("met")
-    word = "met" if met else ("**missed**" if met is False else "**unresolved**")
+    if met is None and t.get("target") == "reported":  # a figure asked for, with no goal to meet
+        word = "reported"
+    else:
+        word = "met" if met else ("**missed**" if met is False else "**unresolved**")
     return f"{word}: {t['note']}" if t.get("note") else word
 
 

@@ -79,3 +79,13 @@ def test_capacity_ladder_searches_down_for_a_configuration_behind_at_the_start(m
     caps["slow"] = 100
     out = engine_jvm.capacities(None, ["slow"], start=20_000, seconds=1, warm=0, limit=20_000)
     assert out["slow"]["sustained_rows_per_s"] == 0  # below the floor (start / 16): no capacity found
+
+
+def test_a_figure_without_a_goal_is_reported_not_unresolved(results):
+    """A comparison an issue asks for with no goal (e.g. one worker vs two) is shown as
+    reported; a figure with a goal that the run cannot decide stays unresolved."""
+    report.publish("cmp", {}, "c", targets=[report.target("2 workers vs 1", "reported", "2.00x", None, "no goal"),
+                                            report.target("overhead", "<= 5 %", "3 %", None, "noise")])
+    md = (results / "BENCHMARKS.md").read_text()
+    assert "| 2 workers vs 1 | reported | 2.00x | reported: no goal |" in md
+    assert "| overhead | <= 5 % | 3 % | **unresolved**: noise |" in md
