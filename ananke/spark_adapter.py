@@ -52,28 +52,35 @@ def collect_sink_rows(sink: ProvSink, batch_df) -> list[tuple[SinkTuple, list[tu
 def collect_batch(sink: ProvSink, batch_df):
     """One Spark job: the batch's sink rows as a pandas frame (payload and event time, as
     the sink's consumer sees them) and, for ANK-1, the same rows as sink tuples with their
-    provenance lists. The provenance is reduced inside Spark to (source id, microseconds)
-    pairs and leaves the JVM as Arrow, once; a foreachBatch that ran a second action on a
-    stateful batch would recompute the whole micro-batch, state included."""
+    provenance lists. The rows leave the JVM as Arrow, once; a foreachBatch that ran a
+    second action on a stateful batch would recompute the whole micro-batch, state
+    included.
+
+    A batch that already carries ``_sink_id`` (the streaming DataFrame of
+    :meth:`~ananke.query.ProvSink.with_ids`, as the engine and :meth:`Ank1SparkSink.start`
+    run it) is collected as it is: no new projection, so Spark does not analyse and
+    optimise the query's whole plan once more every batch, which cost about 90 ms a
+    batch on Linear Road (12 % of its throughput, the bench.provenance ANK-1 overhead).
+    Event times and the provenance pairs become microseconds in Arrow."""
+    import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     payload = sink.payload_columns
-    df = batch_df if "_sink_id" in batch_df.columns else batch_df.withColumn("_sink_id", _sink_id_expr(sink))
-    table = df.select(
-        *payload, F.col(sink.ts), F.col("_sink_id"), F.unix_micros(F.col(sink.ts)).alias("_us"),
-        F.transform(F.col(PROV), lambda p: F.struct(p["id"].alias("id"), F.unix_micros(p["ts"]).alias("us"))).alias("_p"),
-    ).toArrow()
+    if "_sink_id" in batch_df.columns:
+        table = batch_df.toArrow()
+    else:  # one projection (one more analysis of the plan) adds the ids
+        table = batch_df.select(*payload, F.col(sink.ts), F.col(PROV), _sink_id_expr(sink).alias("_sink_id")).toArrow()
     frame = table.select([*payload, sink.ts]).to_pandas()
     if table.num_rows == 0:
         return frame, []
-    prov = table.column("_p").combine_chunks()
+    prov = table.column(PROV).combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(prov), 0).to_numpy(zero_copy_only=False)
     flat = pc.list_flatten(prov)
     ids = flat.field("id").to_pylist()
-    uss = flat.field("us").to_pylist()
+    uss = _micros(flat.field("ts")).to_pylist()
     sink_ids = table.column("_sink_id").to_pylist()
-    ts_us = table.column("_us").to_pylist()
+    ts_us = _micros(table.column(sink.ts).combine_chunks()).to_pylist()
     records = table.select(payload).to_pylist()
     out, pos = [], 0
     for i, n in enumerate(lengths):
@@ -81,6 +88,23 @@ def collect_batch(sink: ProvSink, batch_df):
         out.append((st, [(ids[j], from_micros(uss[j])) for j in range(pos, pos + int(n))]))
         pos += int(n)
     return frame, out
+
+
+def _micros(arr):
+    """A timestamp array as int64 microseconds since the epoch (UTC), as ``unix_micros``.
+
+    >>> import pyarrow as pa
+    >>> _micros(pa.array([1_500_000], pa.timestamp("ns", tz="UTC"))).to_pylist()
+    [1500]
+    """
+    import pyarrow as pa
+
+    t = arr.type
+    if not pa.types.is_timestamp(t):
+        raise TypeError(f"expected a timestamp column, got {t}")
+    if t.unit != "us":
+        arr = arr.cast(pa.timestamp("us", tz=t.tz))
+    return arr.cast(pa.int64())
 
 
 def _sink_id_expr(sink: ProvSink):
@@ -150,7 +174,7 @@ class Ank1SparkSink:
 
     def start(self, checkpoint: str | None = None, trigger: dict | None = None, query_name: str | None = None):
         """Start the sink's streaming query with this function as foreachBatch."""
-        writer = self.sink.df.writeStream.foreachBatch(self)
+        writer = self.sink.with_ids().writeStream.foreachBatch(self)
         if checkpoint:
             writer = writer.option("checkpointLocation", checkpoint)
         if trigger:
