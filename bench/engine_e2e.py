@@ -153,7 +153,7 @@ def batch_times(engine) -> dict:
     return out
 
 
-def live_run(b: Bench, path: Path, minutes: float, sample_s: float) -> dict:
+def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: float | None = None) -> dict:
     from datetime import timedelta
 
     from bench._alert_clock import AlertClock
@@ -161,7 +161,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float) -> dict:
     from moirae.scenarios import cluster
     from moirae.sources.cluster_config import load_cluster_config
 
-    engine = b.engine("live")
+    engine = b.engine("live", **({"spark": {"trigger": f"{int(trigger_s * 1000)}ms"}} if trigger_s else {}))
     trigger = engine.settings.spark.trigger.total_seconds()
     t0 = time.monotonic()
     info = cluster.deploy(engine, progress=False, scenario_file=path)
@@ -500,6 +500,8 @@ def main(argv=None) -> int:
     ap.add_argument("--live-hours", type=float, default=None, help="scenario hours of the throughput span")
     ap.add_argument("--latency-only", action="store_true",
                     help="run only the live run (latency, memory) and print it; nothing is published")
+    ap.add_argument("--trigger", type=float, default=None,
+                    help="the live run's trigger interval in seconds (default: the engine's configured one)")
     args = ap.parse_args(argv)
     quick = args.quick
     minutes = args.soak if args.soak is not None else (1.0 if quick else 10.0)
@@ -516,7 +518,8 @@ def main(argv=None) -> int:
             path = scenario_file(tmp, days=1 if quick else 3, servers=4 if quick else 8, speedup=300)
             tp = None if args.latency_only else throughput(b, path, live_hours, span_s=3600 if quick else 3 * 3600,
                                                            trigger="100ms")
-            live = retry(lambda: live_run(b, path, minutes, sample_s=2.0 if quick else 5.0), "live run")
+            live = retry(lambda: live_run(b, path, minutes, sample_s=2.0 if quick else 5.0,
+                                                   trigger_s=args.trigger), "live run")
         finally:
             b.drop_schemas()
     print(json.dumps({k: v for k, v in live.items() if k not in ("samples", "latencies_s")}, indent=1, default=str),
