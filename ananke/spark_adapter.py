@@ -62,7 +62,6 @@ def collect_batch(sink: ProvSink, batch_df):
     optimise the query's whole plan once more every batch, which cost about 90 ms a
     batch on Linear Road (12 % of its throughput, the bench.provenance ANK-1 overhead).
     Event times and the provenance pairs become microseconds in Arrow."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.engine_e2e import Bench
 from bench import engine_jvm
+from bench.engine_e2e import Bench
 from bench.engine_jvm import capacities, measure
 from bench.report import exit_code, publish, target
 
