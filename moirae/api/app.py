@@ -71,7 +71,14 @@ class CancelBody(BaseModel):
 
 def parse_time(name: str, text: str | None) -> datetime | None:
     """An ISO-8601 time from a query parameter (a time without offset is UTC); a bad
-    one is a 422 naming the parameter and the value."""
+    one is a 422 naming the parameter and the value. A valid time whose UTC instant is
+    outside Python's years 1-9999 (``0001-01-01T00:00+04:02``) is clamped to that range.
+
+    >>> parse_time("since", "0001-01-01T00:00:00.0+04:02")
+    datetime.datetime(1, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)
+    >>> parse_time("until", "9999-12-31T23:59:59-01:00").year
+    9999
+    """
     if text is None or text == "":
         return None
     try:  # an unencoded "+01:00" offset arrives as " 01:00"
@@ -82,8 +89,9 @@ def parse_time(name: str, text: str | None) -> datetime | None:
         return t.replace(tzinfo=UTC)
     try:  # as UTC: PostgreSQL refuses offsets beyond 15:59 that ISO-8601 allows
         return t.astimezone(UTC)
-    except OverflowError:
-        raise HTTPException(422, f"{name}: time out of range: {text!r}") from None
+    except OverflowError:  # a valid time whose UTC instant lies before year 1 or after 9999:
+        # as a bound, the same as the first or last instant Python can hold (no row lies beyond)
+        return datetime.min.replace(tzinfo=UTC) if t.year == 1 else datetime.max.replace(tzinfo=UTC)
 
 
 #: An ISO-8601 time query parameter (parsed by :func:`parse_time`, which also takes a

@@ -67,6 +67,17 @@ def test_good_requests_still_pass_the_guard(engine, client):
     assert res.status_code == 422  # the route's own validation, after the guard
 
 
+def test_times_whose_utc_instant_leaves_years_1_to_9999_are_clamped_not_refused(engine, client):
+    """Schema-valid times the fuzzer found refused with a 422: year 1 at +04:02 is before
+    year 1 in UTC; as bounds they mean 'since the beginning' / 'until the end'."""
+    add_event(engine, "e1", 170, submit=False)
+    res = client.get("/api/events", params={"since": "0001-01-01T00:00:00.0+04:02", "type": "overload"})
+    assert res.status_code == 200, res.text
+    assert res.json()["count"] == 1
+    res = client.get("/api/events", params={"until": "9999-12-31T23:59:59-01:00", "type": "overload"})
+    assert res.status_code == 200 and res.json()["count"] == 1, res.text
+
+
 def test_a_server_failure_is_a_500_with_an_error_id_logged_not_printed(engine, capfd):
     """A real failure: the event log's table is gone. Served by uvicorn, as `moirae run`
     serves it; the terminal gets nothing, the log file the traceback under the id."""
