@@ -156,6 +156,16 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
     text = render(query.template, ts_cols)
     lo, hi = archiver.grid_for(query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
     bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
+    names, _types, rows = read_only(archiver, text, bound, f"history-query over chunk {chunk_id}",
+                                    query.template, conn, timeout_ms)
+    return pd.DataFrame(rows, columns=names)
+
+
+def read_only(archiver, text: str, bound: Mapping[str, Any], what: str, template: str, conn: Any = None,
+              timeout_ms: int | None = None) -> tuple[list[str], list[int], list[tuple]]:
+    """Run rendered ``text`` with ``bound`` parameters in a READ ONLY transaction under a
+    statement timeout; returns the column names, their PostgreSQL type OIDs and the rows.
+    Errors name ``what`` (and ``template`` on a timeout)."""
     timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
     own = conn is None
     conn = conn or archiver.connect()
@@ -168,22 +178,22 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
                 cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
                             + text, {**bound, "__moirae_timeout": timeout})
                 names = [d.name for d in cur.description]
+                types = [d.type_code for d in cur.description]
                 rows = cur.fetchall()
             except psycopg2.errors.QueryCanceled as exc:
                 cur.execute("ROLLBACK")
                 if "timeout" in str(exc):
-                    raise HistoryQueryTimeout(
-                        f"history-query over chunk {chunk_id} exceeded {timeout} ms: {query.template!r}") from None
-                raise HistoryQueryCancelled(f"history-query over chunk {chunk_id} was cancelled") from None
+                    raise HistoryQueryTimeout(f"{what} exceeded {timeout} ms: {template!r}") from None
+                raise HistoryQueryCancelled(f"{what} was cancelled") from None
             except psycopg2.Error as exc:
                 if is_connection_lost(exc):
                     raise  # the server went away: the caller's retry reconnects (archive.pg)
                 if not conn.closed:
                     cur.execute("ROLLBACK")
                 msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
-                raise HistoryQueryFailed(f"history-query over chunk {chunk_id} failed: {msg}") from None
+                raise HistoryQueryFailed(f"{what} failed: {msg}") from None
             cur.execute("ROLLBACK")  # read-only: nothing to commit
-        return pd.DataFrame(rows, columns=names)
+        return names, types, rows
     finally:
         if own:
             conn.close()

@@ -2,7 +2,8 @@
 
 For a batch of events, each context-query gets the events and, per input stream, the
 archived tuples valid in ``[event_ts - window, event_ts]`` (the union over the batch),
-as static Spark DataFrames. The same function runs over archived chunks when a replica
+as static Spark DataFrames; a SQL context-query instead runs as one PostgreSQL read
+(:mod:`moirae.context_sql`). The same function runs over archived chunks when a replica
 materializes history, so live and past contexts are computed alike (M 4.2).
 """
 
@@ -13,15 +14,20 @@ from datetime import timedelta
 import pandas as pd
 
 from archive.spark_sink import to_spark
+from moirae import context_sql
 from moirae.hybrid import ContextQuery, QueryDefinitionError
 
 
 def compute_context(spark, archiver, cq: ContextQuery, events: pd.DataFrame, ev_spec,
                     eid: str = "eid", ts: str = "ts"):
     """Run one context-query for ``events``; returns its ``(eid, ts, attrs...)`` rows and
-    their Spark schema (None when there are no events)."""
+    their Spark schema (None when there are no events, or for a SQL context-query)."""
     if events.empty:
         return pd.DataFrame(columns=[eid, ts]), None
+    if cq.sql is not None:  # one PostgreSQL read for the batch (moirae.context_sql)
+        frame, _types = context_sql.run(archiver, cq.sql, cq.inputs, events, ev_spec, cq.window, cq.after,
+                                        f"context-query {cq.name!r} of {cq.event!r}")
+        return frame, None
     lo = events[ts].min() - cq.window
     hi = events[ts].max() + cq.after + timedelta(microseconds=1)
     inputs = []

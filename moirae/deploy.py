@@ -24,6 +24,8 @@ from typing import Any
 import pandas as pd
 
 from archive.spark_sink import spark_schema, spec_from_spark_schema
+from archive.streams import StreamSpec
+from moirae import context_sql
 from moirae.context import compute_context, context_tuples
 from moirae.event_worker import EventWorker, unlogged_events
 from moirae.events import EventLog, EventRecord
@@ -65,7 +67,7 @@ class DeployManager:
         self.operators: dict[str, list[str]] = {}
         self.ops: dict[str, Any] = {}
         self.alert_latencies: list[float] = []
-        self.worker = EventWorker(self._process)
+        self.worker = EventWorker(self._process, many=self._process_many)
         self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
         self._lock = threading.Lock()
         self._closing = False
@@ -111,8 +113,10 @@ class DeployManager:
                 self.engine.archiver.dead_letter(self.flows[name].stream, {"eid": eid, "context": context},
                                                  self.ops[op_name].rejected[-1][1])
 
-    def context_query(self, event: str, fn, inputs, name: str | None = None, window: timedelta | str = "5m",
+    def context_query(self, event: str, fn, inputs=None, name: str | None = None, window: timedelta | str = "5m",
                       surrounding: bool = False, after: timedelta | str = 0) -> ContextQuery:
+        """``fn`` is a Spark function ``(events, *inputs)`` or SQL text over ``events`` and
+        archived streams (:mod:`moirae.context_sql`; its inputs are the streams it reads)."""
         from moirae.config import parse_duration
 
         self._need_event(event, "context-query")
@@ -120,28 +124,52 @@ class DeployManager:
         name = check_name("context-query", name or f"c{len(existing)}")
         if any(c.name == name for c in existing):
             raise QueryDefinitionError(f"context-query {name!r} of {event!r} is already deployed")
+        sql = fn if isinstance(fn, str) else None
+        if sql is not None:
+            reads = context_sql.prepare(event, name, sql, {sp.name for sp in self.engine.archiver.streams()})
+            given = None if inputs is None else ((inputs,) if isinstance(inputs, str) else tuple(inputs))
+            if given is not None and set(given) != set(reads):
+                raise QueryDefinitionError(f"context-query {name!r} of {event!r}: inputs {list(given)} differ "
+                                           f"from the streams its SQL reads {list(reads)}")
+            inputs, fn = reads, None
+        elif not callable(fn):
+            raise QueryDefinitionError(f"context-query {name!r} of {event!r} must be a function or SQL text, "
+                                       f"got {type(fn).__name__}")
+        elif inputs is None:
+            raise QueryDefinitionError(f"context-query {name!r} of {event!r}: a function needs its inputs")
         inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
         for s in inputs:
             self.engine.archiver.stream(s)
-        cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding, parse_duration(after))
+        cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding, parse_duration(after),
+                          sql=sql)
         self._register_context_stream(cq)
         existing.append(cq)
         return cq
 
     def _register_context_stream(self, cq: ContextQuery) -> None:
         """Archive inference (M 4.2): the context stream is archived from deployment on.
-        Its schema comes from applying the function to empty inputs (no Spark job)."""
+        Its schema comes from applying the function to empty inputs (no Spark job), or
+        from running the SQL for no events."""
         spark, arch = self.engine.spark, self.engine.archiver
         q = self.event_queries[cq.event]
-        empty = [spark.createDataFrame([], spark_schema(arch.stream(s))) for s in (self.flows[cq.event].stream,
-                                                                                 *cq.inputs)]
-        schema = cq.fn(*empty).schema
-        names = {f.name for f in schema.fields}
+        ev_spec = arch.stream(self.flows[cq.event].stream)
+        if cq.sql is not None:
+            _rows, types = context_sql.run(arch, cq.sql, cq.inputs, pd.DataFrame(columns=[c for c, _ in
+                                                                                          ev_spec.id_columns]),
+                                           ev_spec, cq.window, cq.after, f"context-query {cq.name!r} of {cq.event!r}")
+            names = set(types)
+        else:
+            empty = [spark.createDataFrame([], spark_schema(arch.stream(s))) for s in (self.flows[cq.event].stream,
+                                                                                     *cq.inputs)]
+            schema = cq.fn(*empty).schema
+            names = {f.name for f in schema.fields}
         if q.eid not in names or q.ts not in names:
             raise QueryDefinitionError(f"context-query {cq.name!r} of {cq.event!r} must produce columns "
                                        f"{q.eid!r} and {q.ts!r}, got {sorted(names)}")
-        arch.register_stream(spec_from_spark_schema(context_stream(cq.event, cq.name), schema, q.ts,
-                                                    kind="context", indexes=[(q.eid,)]))
+        name = context_stream(cq.event, cq.name)
+        spec = (StreamSpec.build(name, q.ts, types, kind="context", indexes=[(q.eid,)]) if cq.sql is not None
+                else spec_from_spark_schema(name, schema, q.ts, kind="context", indexes=[(q.eid,)]))
+        arch.register_stream(spec)
 
     def recall(self, event: str, sql: str, name: str | None = None, **kwargs: Any) -> Recall:
         self._need_event(event, "Recall")
@@ -273,13 +301,24 @@ class DeployManager:
         self.events.close()
         self.save_state()
 
-    def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
-        """New events from a live batch, archived: handed to the event worker."""
-        self.worker.submit(flow, frame, batch_id, replay)
+    def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool,
+                  started: float | None = None) -> None:
+        """New events from a live batch (begun at wall time ``started``), archived:
+        handed to the event worker."""
+        self.worker.submit(flow, frame, batch_id, replay, started)
 
-    def _process(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool) -> None:
+    def _process(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool,
+                 started: float | None = None) -> None:
         """Contexts, the event log, recall submission, for one batch of new events."""
+        self._process_many(flow, [(frame, batch_id, replay, started)])
+
+    def _process_many(self, flow: EventFlow, batches: list[tuple]) -> None:
+        """The same for several batches of one event-query at once (the worker's backlog):
+        one archive wait, one run of each context-query over all their events; each
+        batch's context rows are still archived under its own batch id (exactly once)."""
         q = flow.query
+        frame = pd.concat([b[0] for b in batches], ignore_index=True) if len(batches) > 1 else batches[0][0]
+        starts = [b[3] for b in batches if b[3] is not None]
         # Contexts and history-queries must see every source tuple up to the events: wait
         # for the event-query's inputs and for every input its context-queries read.
         trigger = self.engine.settings.spark.trigger.total_seconds()
@@ -287,7 +326,7 @@ class DeployManager:
         streams = [*q.inputs, *(s for cq in cqs for s in cq.inputs)]
         t0 = time.perf_counter()
         self.engine.wait_archived(streams, frame[q.ts].max().to_pydatetime(), timeout=5 * trigger + 2,
-                                  why=f"events of {q.name!r}")
+                                  why=f"events of {q.name!r}", since=max(starts) if starts else None)
         t1 = time.perf_counter()
         flow.seconds["wait"] += t1 - t0
         contexts = {}
@@ -295,8 +334,10 @@ class DeployManager:
         for cq in cqs:
             cx, _schema = compute_context(self.engine.spark, self.engine.archiver, cq, frame, ev_spec, q.eid, q.ts)
             stream = context_stream(q.name, cq.name)
-            if len(cx):
-                self.engine.archiver.append(stream, batch_id, cx)
+            for part_frame, batch_id, _replay, _started in batches:
+                part = cx if len(batches) == 1 else cx[cx[q.eid].isin(part_frame[q.eid])]
+                if len(part):
+                    self.engine.archiver.append(stream, batch_id, part)
             contexts[cq] = cx
         t2 = time.perf_counter()
         flow.seconds["contexts"] += t2 - t1

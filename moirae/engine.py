@@ -68,7 +68,7 @@ class Engine:
         self._archived_cond = threading.Condition()
         self._waiting: dict[object, tuple[datetime, list[str]]] = {}
         self._empty_batch: dict[str, bool] = {}
-        self._caught_up: dict[str, float] = {}  # stream -> start of its last empty archive batch
+        self._caught_up: dict[str, float] = {}  # stream -> start (wall s) of its last empty archive batch
         self.waits = {"count": 0, "timed_out": 0, "caught_up_idle": 0, "seconds": 0.0, "timeouts_by_stream": {}}
         self.deploy = DeployManager(self)
         self.supervisor = Supervisor(self.data_dir, self._live_queries)
@@ -124,7 +124,7 @@ class Engine:
         write = archive_batches(self.archiver, src.name, on_batch=lambda res, _df, n=src.name: self._archived(n, res))
 
         def batch(df, batch_id: int, n: str = src.name) -> None:
-            started = time.monotonic()
+            started = time.time()  # wall clock: Spark's triggers are aligned to it
             write(df, batch_id)
             self._batch_done(n, started)
 
@@ -141,10 +141,13 @@ class Engine:
         the engine runs (M 4.2)."""
         return self.deploy.event_query(name, fn, inputs, eid, ts)
 
-    def context_query(self, event_name: str, fn, inputs, name: str | None = None, window="5m",
+    def context_query(self, event_name: str, fn, inputs=None, name: str | None = None, window="5m",
                       surrounding: bool = False, after=0):
         """Attach a context-query (M 3.3) to an event-query: ``fn(events, *inputs)``
-        returns ``(eid, ts, attrs...)`` tuples describing each event."""
+        returns ``(eid, ts, attrs...)`` tuples describing each event. ``fn`` may instead
+        be SQL text over the relation ``events`` and archived streams, run as one
+        PostgreSQL read per batch (:mod:`moirae.context_sql`); its inputs are the
+        streams it reads."""
         return self.deploy.context_query(event_name, fn, inputs, name, window, surrounding, after)
 
     def recall(self, event_name: str, sql: str, name: str | None = None, **kwargs):
@@ -175,8 +178,8 @@ class Engine:
         """Give every recall task of an event more tickets (M 4.4)."""
         return self.deploy.manager.accelerate(eid, tickets)
 
-    def _on_events(self, flow, frame, batch_id: int, replay: bool) -> None:
-        self.deploy.on_events(flow, frame, batch_id, replay)
+    def _on_events(self, flow, frame, batch_id: int, replay: bool, started: float | None = None) -> None:
+        self.deploy.on_events(flow, frame, batch_id, replay, started)
 
     def _archived(self, name: str, result) -> None:
         with self._archived_cond:
@@ -190,26 +193,40 @@ class Engine:
             self._archived_cond.notify_all()
 
     def _batch_done(self, name: str, started: float) -> None:
-        """A source's archive batch that began at ``started`` (monotonic) committed; an
+        """A source's archive batch that began at ``started`` (wall s) committed; an
         empty one means the source had nothing more to give at that instant (caught up)."""
         with self._archived_cond:
             if self._empty_batch.pop(name, False):
                 self._caught_up[name] = started
             self._archived_cond.notify_all()
 
-    def wait_archived(self, streams, ts: datetime, timeout: float, why: str = "") -> bool:
+    def wait_archived(self, streams, ts: datetime, timeout: float, why: str = "",
+                      since: float | None = None) -> bool:
         """Block until every source in ``streams`` has archived data up to ``ts`` (so a
         context- or history-query for an event at ``ts`` sees all of it), or ``timeout``
-        passes. A source whose archive query committed an *empty* batch begun after the
-        wait began is caught up (a sparse stream: nothing newer exists yet) and counted
-        as such. A wait that times out is logged and counted per lagging stream
-        (:meth:`live_status`); the caller goes on with what is archived."""
+        passes. A source whose archive query committed an *empty* batch is caught up (a
+        sparse stream: nothing newer existed when that batch read it) and counted as
+        such, if that batch began after the wait began or, given ``since`` (the wall
+        time the micro-batch that detected the events began), at or after ``since``'s
+        trigger tick. Spark starts the batches of every query on the same trigger ticks
+        (multiples of the interval), reading each source at that instant: a sparse
+        source with nothing new at the tick the events were detected has nothing more
+        up to the events' time either (sources delivering in event-time order). A wait
+        that times out is logged and counted per lagging stream (:meth:`live_status`);
+        the caller goes on with what is archived."""
         live = [s for s in dict.fromkeys(streams) if s in self._sources and self._sources[s].query is not None]
         t0 = time.monotonic()
+        wall0 = time.time()
+
+        def caught_up(s: str) -> bool:
+            began = self._caught_up.get(s)
+            if began is None:
+                return False
+            return began >= wall0 if since is None else self._tick(began) >= self._tick(since)
 
         def lagging() -> list[str]:
             return [s for s in live if (self._archived_upto.get(s) is None or self._archived_upto[s] < ts)
-                    and self._caught_up.get(s, -1.0) < t0]
+                    and not caught_up(s)]
 
         token = object()
         with self._archived_cond:
@@ -233,6 +250,12 @@ class Engine:
                         "latest rows (archived up to %s)", timeout, late, ts.isoformat(), f" ({why})" if why else "",
                         {s: str(self._archived_upto.get(s)) for s in late})
         return ok
+
+    def _tick(self, wall: float) -> int:
+        """The trigger tick (ms, a multiple of the trigger interval) a batch begun at
+        ``wall`` (epoch s) belongs to."""
+        ms = max(1, int(self.settings.spark.trigger.total_seconds() * 1000))
+        return int(wall * 1000) // ms * ms
 
     def live_status(self) -> dict[str, Any]:
         """The live path's own health: archive waits (count, time, timeouts per stream) and

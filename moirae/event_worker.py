@@ -5,7 +5,10 @@ the worker waits for the context inputs, computes the contexts (one SQL read per
 and one Spark job per context-query, for the whole batch of events), records the events
 and submits their recall tasks. The streaming query's batch time then no longer holds
 the archive waits, the context-queries' Spark job or the recall submissions, so the
-event-query keeps its trigger. The queue is bounded: when the worker falls behind, the
+event-query keeps its trigger. When batches wait in the queue (the worker fell
+behind), it takes them all at once and processes those of one event-query together
+(``many``): one archive wait and one run of each context-query for all of them, so a
+backlog costs about one batch's fixed cost, not one per batch. The queue is bounded: when the worker falls behind, the
 hand-over blocks the micro-batch (backpressure, never an unbounded backlog).
 
 Nothing is lost: Spark commits a batch once its ``foreachBatch`` returns, possibly before
@@ -34,8 +37,9 @@ _STOP = object()
 class EventWorker:
     """One thread processing handed-over event batches in arrival order."""
 
-    def __init__(self, process: Callable, maxsize: int = 32) -> None:
+    def __init__(self, process: Callable, maxsize: int = 32, many: Callable | None = None) -> None:
         self.process = process
+        self.many = many  # many(flow, [(rest of item) ...]): several items of one flow at once
         self._q: queue.Queue = queue.Queue(maxsize=maxsize)
         self._thread: threading.Thread | None = None
         self.batches = 0
@@ -71,16 +75,48 @@ class EventWorker:
 
     def _loop(self) -> None:
         while True:
-            item = self._q.get()
-            if item is _STOP:
+            items = [self._q.get()]
+            while items[-1] is not _STOP:  # the backlog, taken at once
+                try:
+                    items.append(self._q.get_nowait())
+                except queue.Empty:
+                    break
+            stop = items[-1] is _STOP
+            for group in _runs([i for i in items if i is not _STOP]):
+                self._run(group)
+            if stop:
                 return
-            try:
-                self.process(*item)
-                self.batches += 1
-            except Exception as exc:  # keep serving; the events stay archived and are recovered at restart
-                self.errors += 1
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("moirae: processing a batch of new events failed")
+
+    def _run(self, group: list[tuple]) -> None:
+        if len(group) > 1 and self.many is not None:
+            self._guarded(lambda: self.many(group[0][0], [item[1:] for item in group]), len(group))
+        else:
+            for item in group:
+                self._guarded(lambda item=item: self.process(*item), 1)
+
+    def _guarded(self, fn: Callable[[], None], n: int) -> None:
+        try:
+            fn()
+            self.batches += n
+        except Exception as exc:  # keep serving; the events stay archived and are recovered at restart
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("moirae: processing %d batch(es) of new events failed", n)
+
+
+def _runs(items: list[tuple]) -> list[list[tuple]]:
+    """Consecutive items with the same first element (the event flow), in order.
+
+    >>> _runs([("a", 1), ("a", 2), ("b", 3), ("a", 4)])
+    [[('a', 1), ('a', 2)], [('b', 3)], [('a', 4)]]
+    """
+    out: list[list[tuple]] = []
+    for item in items:
+        if out and out[-1][0][0] is item[0]:
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
 
 
 def unlogged_events(db, stream: str, eid: str, cols: list[str]) -> pd.DataFrame:

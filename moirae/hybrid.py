@@ -10,6 +10,8 @@ attached to them, as frozen descriptions the Deploy Manager works from.
   within ``window`` before each event. The union of its tuples sharing an eid is that
   event's context; it may be empty. ``surrounding`` ones carry extra information shown
   with similar events but not compared (M 3.3, "additional queries").
+  A context-query may instead be SQL text over a relation ``events`` and archived
+  streams (:mod:`moirae.context_sql`): one PostgreSQL read per batch, no Spark job.
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ class EventQuery:
 class ContextQuery:
     event: str
     name: str
-    fn: Callable
+    fn: Callable | None  # None for a SQL context-query
     inputs: tuple[str, ...]
     window: timedelta = timedelta(minutes=5)
     surrounding: bool = False
     after: timedelta = timedelta(0)  # how far past the event its inputs are read (surrounding)
     attrs: tuple[str, ...] = field(default=())
+    sql: str | None = None  # the SQL text of a SQL context-query (moirae.context_sql)

@@ -81,6 +81,7 @@ class EventFlow:
         self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver)
                         if self.logic is not None else None)
         self.streaming = None
+        self._batch_started: float | None = None
         self.events_seen = 0
         self.seconds = {"archive": 0.0, "wait": 0.0, "contexts": 0.0, "events": 0.0}  # summed over batches
 
@@ -109,7 +110,12 @@ class EventFlow:
 
     def start(self, checkpoint: str, trigger: str):
         writer = self.sink.with_ids().writeStream if self.adapter else self.sink.df.writeStream
-        fn = self.adapter if self.adapter is not None else self._collect_and_deliver
+        inner = self.adapter if self.adapter is not None else self._collect_and_deliver
+
+        def fn(batch_df, batch_id: int) -> None:
+            self._batch_started = time.time()  # wall clock: its events' archive waits count from its trigger tick
+            inner(batch_df, batch_id)
+
         self.streaming = (writer.queryName(f"event_{self.query.name}").foreachBatch(fn)
                           .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
         if self.adapter is not None:
@@ -142,4 +148,4 @@ class EventFlow:
         if len(frame):
             frame[self.query.ts] = pd.to_datetime(frame[self.query.ts], utc=True)
             self.events_seen += len(frame)
-            self.engine._on_events(self, frame, int(batch_id), replay=result.duplicate)
+            self.engine._on_events(self, frame, int(batch_id), replay=result.duplicate, started=self._batch_started)

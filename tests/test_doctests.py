@@ -26,7 +26,7 @@ PACKAGES = ("scheduler", "similarity", "archive", "ananke", "recall", "moirae")
 WITH_EXAMPLES = frozenset("""
 ananke.ank1 ananke.graph ananke.ids ananke.items ananke.spark_adapter
 archive.abc archive.chunk_copy archive.chunks archive.copy archive.history archive.names archive.pg archive.types archive.validate
-moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.errorlog moirae.incidents
+moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.context_sql moirae.errorlog moirae.event_worker moirae.incidents
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
 moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.views
 recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.revision_ops

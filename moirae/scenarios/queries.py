@@ -5,7 +5,9 @@
   bandwidth over the last week, so alerts within the norm can be filtered out.
 - contexts (M fig. 3): the logged-in users and running processes on the server at the
   time of the event; ``incidents`` as surrounding information (M 3.3): how the past
-  incident on that server was resolved (not compared).
+  incident on that server was resolved (not compared). The engine deploys them as SQL
+  (one PostgreSQL read per batch, :mod:`moirae.context_sql`); the Spark functions of
+  the same queries are kept for engines that compute contexts in Spark.
 - a Similarity Recall (M fig. 4) of the 5 most similar past overloads.
 """
 
@@ -50,6 +52,18 @@ def procs_context(events, procs):
     return _valid_at_event(events, procs, "proc", "2 minutes")
 
 
+def _valid_at_event_sql(stream: str, column: str, before: str) -> str:
+    """:func:`_valid_at_event` as a SQL context-query."""
+    return (f'SELECT DISTINCT e.eid, e.ts, s."{column}" FROM events e JOIN {stream} s '
+            f"ON s.sid = e.sid AND s.ts <= e.ts AND s.ts > e.ts - interval '{before}'")
+
+
+USERS_SQL = _valid_at_event_sql("users", "user", "2 minutes")
+PROCS_SQL = _valid_at_event_sql("procs", "proc", "2 minutes")
+RESOLUTION_SQL = ("SELECT e.eid, e.ts, i.kind, i.resolution FROM events e JOIN incidents i "
+                  "ON i.sid = e.sid AND i.ts >= e.ts - interval '15 minutes' AND i.ts <= e.ts + interval '15 minutes'")
+
+
 def resolution_surrounding(events, incidents):
     """How the incident on the server around the event was resolved (M 3.3)."""
     e, i = events.alias("e"), incidents.alias("i")
@@ -66,10 +80,10 @@ def deploy_queries(engine, threshold: float, incidents: bool = True) -> None:
     # consecutive windows of one server's overload are one incident (M 3.3), charted on metrics.bw
     engine.deploy.incidents.configure("overload", keys="sid", window=timedelta(minutes=5), metric="avg_bw",
                                       threshold=threshold, series=("metrics", "bw"), norm="norm")
-    engine.context_query("overload", users_context, inputs=["users"], name="users", window="2m")
-    engine.context_query("overload", procs_context, inputs=["procs"], name="procs", window="2m")
+    engine.context_query("overload", USERS_SQL, name="users", window="2m")
+    engine.context_query("overload", PROCS_SQL, name="procs", window="2m")
     if incidents:
-        engine.context_query("overload", resolution_surrounding, inputs=["incidents"], name="resolution",
-                             window="15m", after="15m", surrounding=True)
+        engine.context_query("overload", RESOLUTION_SQL, name="resolution", window="15m", after="15m",
+                             surrounding=True)
     # Results are past incidents; the ongoing overload's own earlier windows are its incident, never a result.
     engine.similarity_recall("overload", k=5, name="similar")
