@@ -108,11 +108,13 @@ class AlertClock:
         """Wall time (epoch s) at which the window of the event at ``ts_iso`` closed."""
         return window_close_wall(list(self.pairs.values()), ts_iso, self.lateness, self.speedup)
 
-    def latencies(self) -> dict[str, list[float]]:
+    def latencies(self, closed_after: float | None = None) -> dict[str, list[float]]:
+        """Per stage, the seconds from each event's window close to the API showing it;
+        only events whose window closed at or after ``closed_after`` (epoch s) if given."""
         out: dict[str, list[float]] = {s: [] for s in STAGES}
         for rec in self.seen.values():
             start = self.close_wall(rec["ts"])
-            if start is None:
+            if start is None or (closed_after is not None and start < closed_after):
                 continue
             for s in STAGES:
                 if s in rec:

@@ -173,6 +173,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
     clock = server = None
     try:
         engine.start()
+        live_start = time.time()
         server = serve(engine, port=0)
         clock = AlertClock(server.url, engine.deploy.flows["overload"].streaming, float(cfg.live.speedup),
                            timedelta(minutes=1), since=datetime.fromtimestamp(cfg.history_end_ns / 1e9, UTC).isoformat())
@@ -189,6 +190,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
                                   and not t.operator.startswith("replica_")),
                 "alerts": len(bus.alert)})
         batches = batch_times(engine)
+        status = engine.live_status()
         clock.stop()
         engine.stop()
     finally:
@@ -199,6 +201,8 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
             server.stop()
         engine.close()
     api = clock.latencies()
+    warmup_s = min(WARMUP_S, minutes * 60 / 3)
+    steady = clock.latencies(closed_after=live_start + warmup_s)
     warm = [s for s in samples if s["t_s"] >= minutes * 60 / 3] or samples
     mem = {}
     for key in ("driver_rss_mb", "jvm_rss_mb", "present_mb"):
@@ -209,11 +213,14 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
     engine_lat = list(engine.deploy.alert_latencies)
     norm, similar = bus.latencies("norm"), bus.latencies("similar")
     target = 2 * trigger + 0.2
-    waits = engine.live_status()["archive_waits"]
+    waits = status["archive_waits"]
     return {"minutes": minutes, "trigger_s": trigger, "setup_s": round(setup_s, 1), "deploy": info,
             "window_close_to_api": {k: {**stats(v), "p99_s": pct(v, 0.99)} for k, v in api.items()},
+            "window_close_to_api_steady": {k: {**stats(v), "p99_s": pct(v, 0.99)} for k, v in steady.items()},
+            "warmup_s": warmup_s,
             "window_close_to_api_target_s": 2 * trigger + 0.5, "api_errors": clock.errors,
             "api_alerts": len(clock.seen), "archive_waits": waits, "batch_ms": batches,
+            "event_query_phase_s": status["event_queries"], "event_worker": status["event_worker"],
             "alerts": len(bus.alert), "engine_detect_to_first_history": stats(engine_lat),
             "bus_alert_to_first_norm": stats(norm), "bus_alert_to_first_similar": stats(similar),
             "target_median_s": target,
@@ -223,6 +230,9 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
                              *((f"api_{s}", x) for s, x in api.items()))},
             "memory": mem, "samples": [{k: round(v, 2) if isinstance(v, float) else v for k, v in s.items()}
                                        for s in samples]}
+
+
+WARMUP_S = 30.0  # events whose window closed this soon after the live start are the warm-up
 
 
 # -- 2: throughput ----------------------------------------------------------------------
@@ -433,12 +443,20 @@ def phase_line(configs: dict) -> str:
 
 
 def api_table(live: dict) -> str:
-    rows = ["| window close → API shows | count | median s | p99 s | max s |", "|---|---|---|---|---|"]
+    steady = live.get("window_close_to_api_steady")
+    head = "| window close → API shows | count | median s | p99 s | max s |"
+    if steady:
+        head += f" after {live.get('warmup_s', 0):g} s warm-up: count | median s | p99 s | max s |"
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for key, label in (("event", "(a) the event"), ("context", "(b) its context"),
                        ("recall", "(c) its first Recall (`norm`) output"),
                        ("similar", "(d) its first similar past incident")):
         x = live["window_close_to_api"][key]
-        rows.append(f"| {label} | {x['count']} | {x['median_s']} | {x['p99_s']} | {x['max_s']} |")
+        row = f"| {label} | {x['count']} | {x['median_s']} | {x['p99_s']} | {x['max_s']} |"
+        if steady:
+            y = steady[key]
+            row += f" {y['count']} | {y['median_s']} | {y['p99_s']} | {y['max_s']} |"
+        rows.append(row)
     return "\n".join(rows)
 
 
@@ -522,8 +540,7 @@ def main(argv=None) -> int:
                                                    trigger_s=args.trigger), "live run")
         finally:
             b.drop_schemas()
-    print(json.dumps({k: v for k, v in live.items() if k not in ("samples", "latencies_s")}, indent=1, default=str),
-          flush=True)
+    print(json.dumps({k: v for k, v in live.items() if k != "samples"}, indent=1, default=str), flush=True)
     if tp is None:
         return 0
     fig = None
@@ -547,10 +564,13 @@ def targets(data: dict) -> list[dict]:
     last = mem["driver_rss_mb"]["end"] + mem["jvm_rss_mb"]["end"]
     growth = round(100 * (last - first) / first, 1)  # DESIGN §7: the driver is Python + its JVM
     short = live["minutes"] < 10
-    d = live["window_close_to_api"]["similar"]
+    whole = live["window_close_to_api"]["similar"]
+    d = live.get("window_close_to_api_steady", {}).get("similar", whole)
     goal = live["window_close_to_api_target_s"]
-    return [target("alert latency: window close to first similar past incident in the API (scenario)",
-                   f"<= {goal:g} s median", f"{d['median_s']} s median, {d['p99_s']} s p99 ({d['count']} alerts)",
+    return [target("alert latency: window close to first similar past incident in the API (scenario, after "
+                   f"{live.get('warmup_s', 0):g} s warm-up)",
+                   f"<= {goal:g} s median", f"{d['median_s']} s median, {d['p99_s']} s p99 ({d['count']} alerts; "
+                   f"with the warm-up: {whole['median_s']} s median, {whole['p99_s']} s p99, {whole['count']} alerts)",
                    d["median_s"] is not None and d["median_s"] <= goal),
             target("alert to first history, from detection (engine's own clock)", f"<= {live['target_median_s']} s median",
                    f"{lat} s", bool(live["meets_target"])),
