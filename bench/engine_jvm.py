@@ -74,14 +74,10 @@ def overload(m):
              .with_column("eid", F.concat_ws(":", F.lit("ov"), F.col("sid"), F.date_format("ts", "HHmmss"))))
 
 
-def users_context(events, users):
-    """The users seen on the event's server in the 10 seconds before it."""
-    from pyspark.sql import functions as F
-
-    e, u = events.alias("e"), users.alias("u")
-    cond = ((F.col("e.sid") == F.col("u.sid")) & (F.col("u.ts") <= F.col("e.ts"))
-            & (F.col("u.ts") > F.col("e.ts") - F.expr("INTERVAL 10 SECONDS")))
-    return e.join(u, cond).select(F.col("e.eid").alias("eid"), F.col("e.ts").alias("ts"), "u.user").distinct()
+# The users seen on the event's server in the 10 seconds before it: a SQL context-query,
+# one PostgreSQL read per batch of events (moirae/context_sql.py), as the scenario's.
+USERS_SQL = ('SELECT DISTINCT e.eid, e.ts, u."user" FROM events e JOIN users u '
+             "ON u.sid = e.sid AND u.ts <= e.ts AND u.ts > e.ts - interval '10 seconds'")
 
 
 class Run:
@@ -124,7 +120,7 @@ class Run:
             e.recall("overload", "SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n FROM metrics h "
                      "WHERE h.sid = :sid GROUP BY h.sid", name="norm", period=timedelta(minutes=10),
                      time_column="h.ts")
-            e.context_query("overload", users_context, inputs=["users"], name="users", window="10s")
+            e.context_query("overload", USERS_SQL, name="users", window="10s")
             e.similarity_recall("overload", k=3, name="similar")
         e.start()
         self.queries = [s.query for s in e._sources.values()] + [f.streaming for f in e.deploy.flows.values()]
