@@ -38,6 +38,7 @@ from recall.api import OutputKind
 from recall.manager import RecallManager
 from recall.operator import Recall
 from recall.outputs import ResultsTable
+from recall.periodic import PeriodicJobs
 from recall.similarity_prebuild import IndexPrebuilder
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import StrideScheduler
@@ -68,6 +69,9 @@ class DeployManager:
         self.ops: dict[str, Any] = {}
         self.alert_latencies: list[float] = []
         self.worker = EventWorker(self._process, many=self._process_many)
+        # discards the tasks of events left without feedback past recall.feedback_timeout
+        # (M 4.4) and forgets ended tasks' statistics: without it suspended tasks stay open
+        self.periodic = PeriodicJobs(self.manager)
         self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
         self._lock = threading.Lock()
         self._closing = False
@@ -247,6 +251,8 @@ class DeployManager:
                 self.manager.submit(record.as_event(), names)
         self.recover()
         self.worker.start()
+        if not self.periodic.running:
+            self.periodic.start()
         for name, flow in self.flows.items():
             self._start_flow(flow)
             self.materialize_recent(name)
@@ -295,6 +301,7 @@ class DeployManager:
         # ended, so a restart resumes it (as after a crash); a user's cancel before this
         # point was recorded as the end
         self._closing = True
+        self.periodic.shutdown()
         self.indexes.close()  # the build under way finishes; the rest are built on first use
         self.manager.close()
         self.results.close()
