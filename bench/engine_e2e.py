@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -188,6 +189,8 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
                 "present_mb": engine.archiver.present.bytes() / 2**20,
                 "open_tasks": sum(1 for t in tasks if t.state.value in OPEN_STATES
                                   and not t.operator.startswith("replica_")),
+                "open_by": dict(Counter(f"{t.operator}:{t.state.value}" for t in tasks
+                                        if t.state.value in OPEN_STATES and not t.operator.startswith("replica_"))),
                 "alerts": len(bus.alert)})
         batches = batch_times(engine)
         status = engine.live_status()
@@ -206,10 +209,13 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
     warm = [s for s in samples if s["t_s"] >= minutes * 60 / 3] or samples
     mem = {}
     for key in ("driver_rss_mb", "jvm_rss_mb", "present_mb"):
-        first, last = warm[0][key], warm[-1][key]
-        mem[key] = {"after_warmup": round(first, 1), "end": round(last, 1),
-                    "peak": round(max(s[key] for s in samples), 1),
-                    "growth_pct": round(100 * (last - first) / first, 1) if first else None}
+        pct_, before, after = memory_growth(warm, lambda x, k=key: x[k])
+        mem[key] = {"after_warmup": round(warm[0][key], 1), "end": round(warm[-1][key], 1),
+                    "peak": round(max(s[key] for s in samples), 1), "median_first_half": round(before, 1),
+                    "median_second_half": round(after, 1), "growth_pct": pct_}
+    total = memory_growth(warm, lambda x: x["driver_rss_mb"] + x["jvm_rss_mb"])
+    mem["total_rss_mb"] = {"median_first_half": round(total[1], 1), "median_second_half": round(total[2], 1),
+                           "growth_pct": total[0]}
     engine_lat = list(engine.deploy.alert_latencies)
     norm, similar = bus.latencies("norm"), bus.latencies("similar")
     target = 2 * trigger + 0.2
@@ -233,6 +239,21 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
 
 
 WARMUP_S = 30.0  # events whose window closed this soon after the live start are the warm-up
+
+
+def memory_growth(warm: list[dict], value) -> tuple[float | None, float, float]:
+    """Growth (%) of a memory figure over the samples after warm-up: the median of their
+    second half against the median of their first half, and those two medians. One
+    sample against another swings by +-25 % here with no leak (the JVM grows its heap in
+    steps and hands it back slowly); a leak moves the medians too.
+
+    >>> memory_growth([{"v": x} for x in (100, 150, 100, 100, 110, 105)], lambda s: s["v"])
+    (5.0, 100, 105)
+    """
+    half = max(1, len(warm) // 2)
+    before = statistics.median(value(x) for x in warm[:half])
+    after = statistics.median(value(x) for x in warm[half:] or warm[-1:])
+    return (round(100 * (after - before) / before, 1) if before else None), before, after
 
 
 # -- 2: throughput ----------------------------------------------------------------------
@@ -503,7 +524,8 @@ in pandas alone takes {tp['pandas_generation_s']} s (the source regenerates them
 Where time goes (Spark progress, ms summed over the queries: sink `addBatch` / source `latestOffset`+`getBatch`):
 {phase_line(c)}.
 
-Memory over the live run (growth = end vs. first sample after a third of the run; target <= 10 %):
+Memory over the live run (growth = median of the second half of the samples after a third of the run vs.
+the median of the first half; target <= 10 %; the endpoints are shown):
 driver RSS {m['driver_rss_mb']['after_warmup']} → {m['driver_rss_mb']['end']} MB ({m['driver_rss_mb']['growth_pct']} %,
 peak {m['driver_rss_mb']['peak']}); JVM RSS {m['jvm_rss_mb']['after_warmup']} → {m['jvm_rss_mb']['end']} MB
 ({m['jvm_rss_mb']['growth_pct']} %, peak {m['jvm_rss_mb']['peak']}); present tier peak {m['present_mb']['peak']} MB;
@@ -540,7 +562,9 @@ def main(argv=None) -> int:
                                                    trigger_s=args.trigger), "live run")
         finally:
             b.drop_schemas()
-    print(json.dumps({k: v for k, v in live.items() if k != "samples"}, indent=1, default=str), flush=True)
+    print(json.dumps({**{k: v for k, v in live.items() if k != "samples"},
+                      "open_tasks_by_state": [(x["t_s"], x["open_by"]) for x in live["samples"][::6]]},
+                     indent=1, default=str), flush=True)
     if tp is None:
         return 0
     fig = None
@@ -560,9 +584,13 @@ def targets(data: dict) -> list[dict]:
     live, tp = data["latency_and_memory"], data["throughput"]
     lat = live["engine_detect_to_first_history"]["median_s"]
     mem = live["memory"]
-    first = mem["driver_rss_mb"]["after_warmup"] + mem["jvm_rss_mb"]["after_warmup"]
-    last = mem["driver_rss_mb"]["end"] + mem["jvm_rss_mb"]["end"]
-    growth = round(100 * (last - first) / first, 1)  # DESIGN §7: the driver is Python + its JVM
+    total = mem.get("total_rss_mb")  # DESIGN §7: the driver is Python + its JVM
+    if total is not None:
+        first, last, growth = total["median_first_half"], total["median_second_half"], total["growth_pct"]
+    else:  # a result written before the medians
+        first = mem["driver_rss_mb"]["after_warmup"] + mem["jvm_rss_mb"]["after_warmup"]
+        last = mem["driver_rss_mb"]["end"] + mem["jvm_rss_mb"]["end"]
+        growth = round(100 * (last - first) / first, 1)
     short = live["minutes"] < 10
     whole = live["window_close_to_api"]["similar"]
     d = live.get("window_close_to_api_steady", {}).get("similar", whole)
@@ -577,7 +605,7 @@ def targets(data: dict) -> list[dict]:
             target("live throughput, full engine vs plain Spark (scenario's Python source)", ">= 0.7x",
                    f"{tp['full_over_plain']:.2f}x", tp["full_over_plain"] >= 0.7),
             target(f"memory soak, driver RSS (Python + JVM) growth after warm-up ({live['minutes']:g} min)",
-                   "<= 10 % over 10 min", f"{growth:+.1f} % ({first:,.0f} -> {last:,.0f} MB; Python "
+                   "<= 10 % over 10 min", f"{growth:+.1f} % (median {first:,.0f} -> {last:,.0f} MB, halves after warm-up; Python "
                    f"{mem['driver_rss_mb']['growth_pct']:+.1f} %, JVM {mem['jvm_rss_mb']['growth_pct']:+.1f} %)",
                    None if short and growth <= 10 else growth <= 10,
                    "shorter than the 10 minutes the target is stated for" if short else "")]

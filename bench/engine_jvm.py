@@ -40,7 +40,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.engine_e2e import OPEN_STATES, Bench, jvm_rss, pct
+from bench.engine_e2e import OPEN_STATES, Bench, jvm_rss, memory_growth, pct
 from bench.report import RESULTS, exit_code, publish, target
 
 KEYS, HOT, THRESHOLD, USERS_RATE = 1000, 5, 500.0, 50
@@ -234,13 +234,8 @@ def soak(b: Bench, rate: int, minutes: float, sample_s: float = 5.0) -> dict:
     finally:
         run.stop()
     warm = [s for s in samples if s["t_s"] >= minutes * 60 / 3] or samples
-    growth = {}
-    for key in ("driver_rss_mb", "jvm_rss_mb"):
-        first, last = warm[0][key], warm[-1][key]
-        growth[key] = round(100 * (last - first) / first, 1) if first else None
-    first_rss = warm[0]["driver_rss_mb"] + warm[0]["jvm_rss_mb"]
-    last_rss = warm[-1]["driver_rss_mb"] + warm[-1]["jvm_rss_mb"]
-    growth["total_rss"] = round(100 * (last_rss - first_rss) / first_rss, 1) if first_rss else None
+    growth = {key: memory_growth(warm, lambda x, k=key: x[k])[0] for key in ("driver_rss_mb", "jvm_rss_mb")}
+    growth["total_rss"] = memory_growth(warm, lambda x: x["driver_rss_mb"] + x["jvm_rss_mb"])[0]
     half = len(warm) // 2
     bounded = {k: max(s[k] for s in warm[half:]) <= 1.1 * max(s[k] for s in warm[:half]) + 10
                for k in ("open_tasks", "present_rows")} if half else {}
@@ -327,7 +322,7 @@ def markdown(data: dict) -> str:
         s = data["soak"]
         w = s["samples"]
         lines += ["", f"Soak: full engine at {s['rate']:,} rows/s for {s['minutes']:g} min, {s['alerts']} alerts; "
-                  f"RSS growth after the first third: driver {s['growth_pct']['driver_rss_mb']} %, JVM "
+                  f"RSS growth after the first third (median of its second half vs its first): driver {s['growth_pct']['driver_rss_mb']} %, JVM "
                   f"{s['growth_pct']['jvm_rss_mb']} %, total {s['growth_pct']['total_rss']} %; peak open tasks "
                   f"{max(x['open_tasks'] for x in w)}, peak present rows {max(x['present_rows'] for x in w):,}; "
                   f"bounded: {s['bounded']}."]
