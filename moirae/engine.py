@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from moirae import config as config_mod
 from moirae.config import Settings
 from moirae.deploy import DeployManager
 from moirae.errorlog import log_dir
+from moirae.hybrid import context_stream
 from moirae.persist import contributing_view
 from moirae.spark import spark_session
 from moirae.store import database_dsn
@@ -368,7 +369,10 @@ class Engine:
     def maintain_once(self) -> None:
         """Move each source stream's expiry horizon, then demote and age chunks
         (DESIGN.md §3): a stream read by instrumented event-queries uses Ananke's horizon
-        ``min W_K - U`` over them; any other stream its own watermark (U = 0)."""
+        ``min W_K - U`` over them; any other stream its own watermark (U = 0). An
+        event-query's event stream follows its watermark, and its context streams too,
+        less the longest archive wait and ``after`` of its context-queries (their rows
+        are written that long after the watermark passed their event)."""
         horizons = self.deploy.horizons()
         for name in list(self._sources):
             h = horizons[name] if name in horizons else self.watermark(name)
@@ -378,6 +382,10 @@ class Engine:
             wm = flow.horizon()
             if wm is not None:
                 self.archiver.demote(wm + flow.U, [flow.stream])
+                cqs = self.deploy.contexts.get(flow.query.name, [])
+                if cqs:  # context rows carry their event's time, written a worker's wait after it
+                    lag = max(cq.after for cq in cqs) + self.settings.spark.trigger * 5 + timedelta(seconds=2)
+                    self.archiver.demote(wm + flow.U - lag, [context_stream(flow.query.name, cq.name) for cq in cqs])
         self.archiver.age()
         edges = [f.graph.e for f in self.deploy.flows.values() if f.graph is not None]
         view = contributing_view(self.db, edges)

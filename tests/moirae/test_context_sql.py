@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from test_context_wait import _csv, _until, overload, users_context
 
+from archive import Tier
 from archive.history import HistoryQueryTimeout
 from archive.types import UnsupportedType
 from moirae import Engine
@@ -78,6 +79,17 @@ def test_sql_context_equals_the_spark_function_live_with_a_lagging_input(spark, 
         assert _pairs(sql_rows) == _pairs(spark_rows) == {(s1.eid, "alice"), (s1.eid, "mallory"),
                                                           (next(e for e in by_eid if e != s1.eid), "bob")}
         assert engine.live_status()["archive_waits"]["timed_out"] == 0
+
+        # once the watermark is well past their chunk, the context streams leave the
+        # present tier with the event stream (their present rows do not pile up)
+        _csv(tmp_path / "metrics", "m1.csv", {"ts": [2000.0], "sid": ["s3"], "bw": [1.0]})
+        flow = engine.deploy.flows["overload"]
+        _until("the watermark past the first chunk",
+               lambda: (h := flow.horizon()) is not None and h > T0 + timedelta(seconds=1000))
+        engine.maintain_once()
+        for stream in ("ev_overload", "cx_overload_by_sql", "cx_overload_by_spark"):
+            assert engine.archiver.chunks(stream, Tier.PRESENT) == [], stream
+            assert engine.archiver.chunks(stream, Tier.RECENT), stream
     finally:
         engine.close()
 
