@@ -9,10 +9,11 @@ from moirae.event_worker import EventWorker
 
 
 def test_a_backlog_of_one_flow_is_processed_together_in_order():
-    gate, calls = threading.Event(), []
+    gate, first, calls = threading.Event(), threading.Event(), []
 
     def one(flow, frame, batch_id, replay, started):
         calls.append(("one", flow, [batch_id]))
+        first.set()
         gate.wait(10)
 
     def many(flow, items):
@@ -21,8 +22,7 @@ def test_a_backlog_of_one_flow_is_processed_together_in_order():
     w = EventWorker(one, many=many)
     w.start()
     w.submit("a", None, 0, False, None)  # taken alone; blocks on the gate
-    while not calls:
-        pass
+    assert first.wait(10)
     for flow, bid in (("a", 1), ("a", 2), ("b", 3), ("a", 4), ("a", 5)):
         w.submit(flow, None, bid, False, None)
     gate.set()
