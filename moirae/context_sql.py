@@ -108,14 +108,6 @@ def run(archiver, sql: str, inputs: tuple[str, ...], events: pd.DataFrame, ev_sp
 
 def _values(col: pd.Series) -> list:
     """A column as plain Python values for an array parameter (NULL for NaN / NaT)."""
-    if isinstance(col.dtype, pd.DatetimeTZDtype) or pd.api.types.is_datetime64_any_dtype(col.dtype):
-        col = pd.to_datetime(col, utc=True)
-        return [None if pd.isna(v) else v.to_pydatetime() for v in col]
-    return [None if _missing(v) else v for v in col.astype(object).tolist()]
-
-
-def _missing(v) -> bool:
-    try:
-        return bool(pd.isna(v))
-    except (TypeError, ValueError):
-        return False
+    if pd.api.types.is_datetime64_any_dtype(col.dtype):
+        return [None if pd.isna(v) else v.to_pydatetime() for v in pd.to_datetime(col, utc=True)]
+    return col.astype(object).where(col.notna(), None).tolist()

@@ -128,12 +128,13 @@ class DeployManager:
         name = check_name("context-query", name or f"c{len(existing)}")
         if any(c.name == name for c in existing):
             raise QueryDefinitionError(f"context-query {name!r} of {event!r} is already deployed")
+        if isinstance(inputs, str):
+            inputs = (inputs,)
         sql = fn if isinstance(fn, str) else None
         if sql is not None:
             reads = context_sql.prepare(event, name, sql, {sp.name for sp in self.engine.archiver.streams()})
-            given = None if inputs is None else ((inputs,) if isinstance(inputs, str) else tuple(inputs))
-            if given is not None and set(given) != set(reads):
-                raise QueryDefinitionError(f"context-query {name!r} of {event!r}: inputs {list(given)} differ "
+            if inputs is not None and set(inputs) != set(reads):
+                raise QueryDefinitionError(f"context-query {name!r} of {event!r}: inputs {list(inputs)} differ "
                                            f"from the streams its SQL reads {list(reads)}")
             inputs, fn = reads, None
         elif not callable(fn):
@@ -141,7 +142,7 @@ class DeployManager:
                                        f"got {type(fn).__name__}")
         elif inputs is None:
             raise QueryDefinitionError(f"context-query {name!r} of {event!r}: a function needs its inputs")
-        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        inputs = tuple(inputs)
         for s in inputs:
             self.engine.archiver.stream(s)
         cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding, parse_duration(after),
@@ -157,20 +158,19 @@ class DeployManager:
         spark, arch = self.engine.spark, self.engine.archiver
         q = self.event_queries[cq.event]
         ev_spec = arch.stream(self.flows[cq.event].stream)
-        if cq.sql is not None:
-            _rows, types = context_sql.run(arch, cq.sql, cq.inputs, pd.DataFrame(columns=[c for c, _ in
-                                                                                          ev_spec.id_columns]),
-                                           ev_spec, cq.window, cq.after, f"context-query {cq.name!r} of {cq.event!r}")
-            names = set(types)
-        else:
-            empty = [spark.createDataFrame([], spark_schema(arch.stream(s))) for s in (self.flows[cq.event].stream,
-                                                                                     *cq.inputs)]
-            schema = cq.fn(*empty).schema
-            names = {f.name for f in schema.fields}
-        if q.eid not in names or q.ts not in names:
-            raise QueryDefinitionError(f"context-query {cq.name!r} of {cq.event!r} must produce columns "
-                                       f"{q.eid!r} and {q.ts!r}, got {sorted(names)}")
         name = context_stream(cq.event, cq.name)
+        if cq.sql is not None:
+            probe = pd.DataFrame(columns=[c for c, _ in ev_spec.id_columns])
+            _rows, types = context_sql.run(arch, cq.sql, cq.inputs, probe, ev_spec, cq.window, cq.after,
+                                           f"context-query {cq.name!r} of {cq.event!r}")
+            columns = set(types)
+        else:
+            empty = [spark.createDataFrame([], spark_schema(arch.stream(s))) for s in (ev_spec.name, *cq.inputs)]
+            schema = cq.fn(*empty).schema
+            columns = {f.name for f in schema.fields}
+        if q.eid not in columns or q.ts not in columns:
+            raise QueryDefinitionError(f"context-query {cq.name!r} of {cq.event!r} must produce columns "
+                                       f"{q.eid!r} and {q.ts!r}, got {sorted(columns)}")
         spec = (StreamSpec.build(name, q.ts, types, kind="context", indexes=[(q.eid,)]) if cq.sql is not None
                 else spec_from_spark_schema(name, schema, q.ts, kind="context", indexes=[(q.eid,)]))
         arch.register_stream(spec)
