@@ -53,7 +53,7 @@ def _exponential(u: np.ndarray, lo: float, hi: float) -> np.ndarray:
     if width == 0:
         return np.full_like(u, lo)
     scale = width / 3.0
-    mass = -math.expm1(-width / scale)
+    mass = -math.expm1(-3.0)  # the mass below hi: width / scale is 3 (never computed: a subnormal width underflows scale to 0)
     return lo - scale * np.log1p(-u * mass)
 
 
