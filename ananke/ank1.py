@@ -112,7 +112,10 @@ class Ank1Logic:
     # -- Algorithm 1, L1-11 -------------------------------------------------------
     def on_tuple(self, sink: str, sink_tuple: SinkTuple,
                  provenance: Iterable[tuple[int, datetime]]) -> list[GraphItem]:
-        """Emit the sink vertex, new source vertices, edges and the sink label (stamped W)."""
+        """Emit the sink vertex, new source vertices, edges and the sink label (stamped W).
+
+        ``provenance`` may name a source tuple more than once (Spark's wrappers do not
+        de-duplicate, see :mod:`ananke.query`): each edge is emitted once (R-E)."""
         if sink not in self.spec.sinks:
             raise UnknownSinkName(f"sink {sink!r} is not instrumented; known: {self.spec.sinks}")
         wk = self._wk.get(sink)
@@ -124,7 +127,11 @@ class Ank1Logic:
         w = self._w
         out: list[GraphItem] = [SinkVertex(sink_tuple.id, sink, sink_tuple.ts, w, sink_tuple.payload)]
         alive, heap = self._alive, self._heap
+        linked: set[int] = set()
         for sid, sts in provenance:
+            if sid in linked:
+                continue
+            linked.add(sid)
             if sid not in alive:
                 us = micros(sts)
                 alive[sid] = us

@@ -6,9 +6,10 @@ Archiver and the provenance wrappers all compute the same id for the same tuple 
 ID of t_S's source vertex is based on t_S's attributes"). Sink tuples get ids the same way
 (over the sink name instead of a stream name), which makes sink vertices idempotent too.
 
-The backward provenance of a tuple is carried in the column :data:`PROV`, an
-``array<struct<id:long, ts:timestamp>>`` of the distinct source tuples that contributed to
-it. Durations are accepted as :class:`~datetime.timedelta` or as Spark-style strings:
+The backward provenance of a tuple is carried in the column :data:`PROV`: a source
+tuple's own ``struct<id:long, ts:timestamp>``, and after a window or a join (and always
+at a sink) an ``array`` of such structs, the source tuples that contributed to it (a
+source tuple may be named twice: see :mod:`ananke.query`). Durations are accepted as :class:`~datetime.timedelta` or as Spark-style strings:
 
 >>> to_timedelta("15 minutes")
 datetime.timedelta(seconds=900)
@@ -88,10 +89,10 @@ def sink_id_col(sink: str, ts_col: str, cols: Sequence[str]):
 
 
 def prov_struct_col(stream: str, ts_col: str, cols: Sequence[str]):
-    """A one-element provenance array for a source tuple: ``[(id, ts)]``."""
+    """A source tuple's provenance: the struct ``(id, ts)``."""
     from pyspark.sql import functions as F
 
-    return F.array(F.struct(source_id_col(stream, ts_col, cols).alias("id"), F.col(ts_col).alias("ts")))
+    return F.struct(source_id_col(stream, ts_col, cols).alias("id"), F.col(ts_col).alias("ts"))
 
 
 def stable_id(*parts: Any) -> int:

@@ -5,11 +5,24 @@ wrapper both builds the Spark plan and records the operator in an
 :class:`~ananke.graph.OperatorGraph`, from which U follows (A 4). The provenance column
 :data:`~ananke.ids.PROV` is managed by the wrappers alone:
 
-- ``source`` sets it to ``[(xxhash64(stream, ts, payload), ts)]``;
+- ``source`` sets it to the one struct ``(xxhash64(stream, ts, payload), ts)``;
 - ``filter`` / ``select`` / ``with_column`` carry it unchanged (one input, one output);
-- ``window`` (tumbling or sliding, event time) sets it to the distinct union of the
-  provenance of every tuple falling in the window (a collect-set);
-- ``join`` (stream-stream, bounded in time) sets it to the union of both sides.
+- ``window`` (tumbling or sliding, event time) sets it to the array of the provenance of
+  every tuple falling in the window (a ``collect_list``);
+- ``join`` (stream-stream, bounded in time) sets it to the concatenation of both sides';
+- ``sink`` hands it on as an array in every case.
+
+Why a source tuple carries one struct and not a one-element array, and why nothing
+de-duplicates inside Spark: a window's provenance lives in Spark's state store and grows
+with every row of the window. ``collect_list`` of a struct keeps that state one flat
+array; ``flatten(collect_list(array))`` builds an array of arrays first, and
+``array_distinct`` on structs compares every pair of elements: at 1,600 rows per window
+and key (320,000 rows/s, 1000 keys, 5-s windows) the second made one micro-batch take
+23 s against 0.86 s for the flat list (bench/engine_jvm.py's event-query, measured
+2026-11-24). An array may therefore name a source tuple twice (two identical tuples have
+one id, a self-join meets a tuple from both sides); its consumers take the set:
+:meth:`ananke.ank1.Ank1Logic.on_tuple` emits each edge once per sink tuple, ANK-N groups
+its items by id.
 
 The output event time of a window is Spark's ``window_time`` (the right boundary minus
 one microsecond: within the window, which Theorem 4.1's footnote allows, and usable as the
@@ -57,7 +70,7 @@ class ProvQuery:
         if self.enabled:
             df = df.withColumn(PROV, prov_struct_col(stream, ts, cols))
         node = self.graph.add("source", stream, lateness=to_timedelta(lateness or ZERO))
-        return Provenanced(self, df, ts, node)
+        return Provenanced(self, df, ts, node, single=self.enabled)
 
     @property
     def U(self) -> timedelta:  # noqa: N802 - the paper's name
@@ -82,11 +95,19 @@ class Provenanced:
     df: object
     ts: str
     node: int
+    #: the provenance column is one struct (a source tuple's own), not an array of them
+    single: bool = False
 
     def _next(self, df, kind: str, name: str, lag: timedelta = ZERO, ts: str | None = None,
-              **params) -> Provenanced:
+              single: bool | None = None, **params) -> Provenanced:
         node = self.query.graph.add(kind, name, [(self.node, lag)], **params)
-        return Provenanced(self.query, df, ts or self.ts, node)
+        return Provenanced(self.query, df, ts or self.ts, node, self.single if single is None else single)
+
+    def _prov_array(self, col):
+        """This stream's provenance (the column ``col``) as an array."""
+        from pyspark.sql import functions as F
+
+        return F.array(col) if self.single else col
 
     @property
     def columns(self) -> list[str]:
@@ -127,13 +148,14 @@ class Provenanced:
             raise ProvenanceError(f"window {name!r}: need 0 < slide <= size, got size={size_td} slide={slide_td}")
         ts_out = ts_out or self.ts
         win = F.window(F.col(self.ts), spark_interval(size_td), spark_interval(slide_td))
-        prov = [F.array_distinct(F.flatten(F.collect_list(PROV))).alias(PROV)] if self.query.enabled else []
+        collected = F.collect_list(PROV) if self.single else F.flatten(F.collect_list(PROV))
+        prov = [collected.alias(PROV)] if self.query.enabled else []
         grouped = self.df.groupBy(win.alias("window"), *keys).agg(*aggs, *prov)
         agg_names = [c for c in grouped.columns if c not in ("window", PROV, *keys)]
         extra = [F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end")] if bounds else []
         df = grouped.select(*keys, *agg_names, F.window_time("window").alias(ts_out), *extra,
                             *([PROV] if self.query.enabled else []))
-        return self._next(df, "window", name, lag=size_td, ts=ts_out, size=size_td, slide=slide_td)
+        return self._next(df, "window", name, lag=size_td, ts=ts_out, single=False, size=size_td, slide=slide_td)
 
     def join(self, other: Provenanced, on: Sequence[str], lower: timedelta | str, upper: timedelta | str,
              ts_out: str = "ts", right_prefix: str = "r_", name: str = "join") -> Provenanced:
@@ -165,14 +187,18 @@ class Provenanced:
         later = rts if lo == ZERO else lts if up == ZERO else F.greatest(lts, rts)
         sel.append(later.alias(ts_out))
         if self.query.enabled:
-            sel.append(F.array_distinct(F.concat(F.col(f"_l.{PROV}"), F.col(f"_r.{PROV}"))).alias(PROV))
+            sel.append(F.concat(self._prov_array(F.col(f"_l.{PROV}")), other._prov_array(F.col(f"_r.{PROV}")))
+                       .alias(PROV))
         node = self.query.graph.add("join", name, [(self.node, up), (other.node, lo)], lower=lo, upper=up)
         return Provenanced(self.query, joined.select(*sel), ts_out, node)
 
     def sink(self, name: str) -> ProvSink:
         """Mark this stream as the instrumented Sink ``name`` (its U_K is then defined)."""
+        from pyspark.sql import functions as F
+
         node = self.query.graph.add("sink", name, [(self.node, ZERO)])
-        sink = ProvSink(self.query, name, self.df, self.ts, node)
+        df = self.df.withColumn(PROV, self._prov_array(F.col(PROV))) if self.single and self.query.enabled else self.df
+        sink = ProvSink(self.query, name, df, self.ts, node)
         self.query._sinks[name] = sink
         return sink
 

@@ -138,3 +138,31 @@ def test_smart_grid_blackout_and_anomaly_and_ank1_graph(spark):
     assert len(sources) == len(set(sources))
     assert set(sources) == set().union(*exp_anom.values(), *zero_days.values())
     assert ank.state_size() == 0 and sum(i.kind == "label" for i in out.items) == len(sources) + ank.stats.sink_tuples
+
+
+def test_a_source_tuple_named_twice_gives_one_edge_in_ank1_and_ankn(spark):
+    """Two identical source rows share one id, and the window's provenance (a plain
+    collect_list, not de-duplicated in Spark) names it twice; the graph holds the source
+    vertex, and its edge to the sink tuple, once."""
+    from datetime import UTC, datetime
+
+    from pyspark.sql import functions as F
+
+    t = datetime(2024, 1, 1, 8, 0, 1, tzinfo=UTC)
+    df = spark.createDataFrame([(t, 1, 5.0), (t, 1, 5.0), (t + timedelta(seconds=1), 1, 7.0)],
+                               "ts timestamp, k long, v double")
+    q = ProvQuery()
+    sink = (q.source(df, "s", "ts").window("10 seconds", keys=["k"], aggs=[F.count("v").alias("n")])
+            .sink("out"))
+    (row,) = sink.df.select("n", PROV).collect()
+    ids = [p["id"] for p in row[PROV]]
+    assert row["n"] == 3 and len(ids) == 3 and len(set(ids)) == 2  # Spark names the twin twice
+    out = ListSink()
+    ank = Ank1.from_query(q).build(out)
+    for st, prov in collect_sink_rows(sink, sink.df):
+        ank.on_tuple("out", st, prov)
+    ank.on_watermark("out", t + timedelta(hours=1))
+    for items in (out.items, rows_to_items(ankn_items(sink).collect())):
+        edges = [(i.source_id, i.sink_id) for i in items if i.kind == "edge"]
+        sources = [i.id for i in items if i.kind == "source"]
+        assert len(edges) == len(set(edges)) == 2 and sorted(sources) == sorted(set(ids))
