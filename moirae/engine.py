@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from archive import Archiver, Contributing, Database, RetentionPolicy
-from archive.spark_sink import archive_batches, prepare_batch, spec_from_spark_schema
+from archive.spark_sink import archive_batches, archive_layout, prepare_batch, spec_from_spark_schema
 from moirae import config as config_mod
 from moirae.config import Settings
 from moirae.deploy import DeployManager
@@ -46,6 +46,7 @@ class _Source:
     ts: str
     lateness: str
     payload: list[str]
+    archived: Any = None  # the DataFrame the archive query writes (archive_layout: no per-batch projection)
     query: Any = None
     last_watermark: datetime | None = None
 
@@ -115,7 +116,8 @@ class Engine:
         # columns in the live query) equal the ids the Archiver stores.
         typed = prepare_batch(df, spec).drop("_sid")
         watermarked = typed.withWatermark(ts, lateness)
-        self._sources[name] = _Source(name, watermarked, ts, lateness, list(spec.columns))
+        archived = archive_layout(df, spec).withWatermark(ts, lateness)
+        self._sources[name] = _Source(name, watermarked, ts, lateness, list(spec.columns), archived)
         if self.started:
             self._start_source(self._sources[name])
         return watermarked
@@ -129,7 +131,7 @@ class Engine:
             write(df, batch_id)
             self._batch_done(n, started)
 
-        src.query = (src.df.writeStream.queryName(f"archive_{src.name}")
+        src.query = (src.archived.writeStream.queryName(f"archive_{src.name}")
                      .foreachBatch(batch)
                      .option("checkpointLocation", str(self.checkpoint_dir(src.name)))
                      .trigger(processingTime=trigger).start())
