@@ -59,6 +59,25 @@ def test_binary_copy_round_trips_every_type_and_null(pg, rows):
             or have[3] == want[3]
 
 
+FIXED = [c for c in COLS if c[1] is not ColumnType.TEXT]
+
+
+@pytest.mark.postgres
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), _ts, st.floats(allow_nan=False), st.booleans()),
+                     min_size=1, max_size=40))
+def test_binary_copy_of_fixed_width_rows_without_nulls_round_trips(pg, rows):
+    """Such rows take the one-pass record-array encoder (archive.copy._fixed_rows)."""
+    cols = list(zip(*rows, strict=True))
+    table = pa.table({name: pa.array(list(vals), type=ct.arrow) for (name, ct), vals in zip(FIXED, cols, strict=True)})
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS rtf; CREATE TABLE rtf (k serial, i bigint, t timestamptz, "
+                    "d double precision, b boolean)")
+        copy_binary(cur, "rtf", [c for c, _ in FIXED], arrow_to_copy_binary(table, FIXED))
+        cur.execute("SELECT i, t, d, b FROM rtf ORDER BY k")
+        assert cur.fetchall() == rows
+
+
 def _source(spark, per_host: int, hosts: int, parts: int):
     frame = pd.DataFrame({"ts": [T0 + timedelta(minutes=13 * i) for i in range(per_host * hosts)],
                           "host": [f"h{i % hosts}" for i in range(per_host * hosts)],
