@@ -214,6 +214,68 @@ def capacities(b: Bench, configs: list[str], start: int, seconds: float, warm: f
     return out
 
 
+def copy_ceiling(b: Bench, rows: int = 2_000_000, conns: int = 2) -> dict:
+    """PostgreSQL's own ceiling for the archive on this machine, in the same run: rows
+    shaped as the ``metrics`` archive writes them (``_sid``, ``_batch``, ``ts``, ``sid``,
+    ``bw``), encoded beforehand in PostgreSQL's binary format by the executors' encoder,
+    then COPYed by ``conns`` connections at once into a logged table without indexes.
+    No archive can take rows faster than this, so ``archive / plain`` cannot exceed
+    ``ceiling / plain``: the figure says how much of the archive target this machine
+    allows at all."""
+    import threading
+
+    import numpy as np
+    import psycopg2
+    import pyarrow as pa
+
+    from archive.copy import arrow_to_copy_binary
+    from archive.types import ColumnType
+
+    per = rows // conns
+    n = np.arange(per, dtype=np.int64)
+    table = pa.table({"_sid": pa.array(n * 7919), "_batch": pa.array(np.zeros(per, np.int64)),
+                      "ts": pa.array(1_700_000_000_000_000 + n * 5, pa.timestamp("us", tz="UTC")),
+                      "sid": pa.array(n % KEYS), "bw": pa.array((n % 100).astype(np.float64))})
+    types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), ("ts", ColumnType.TIMESTAMPTZ),
+             ("sid", ColumnType.BIGINT), ("bw", ColumnType.DOUBLE)]
+    payload = arrow_to_copy_binary(table, types)
+    name = f"copy_ceiling_{int(time.time())}"
+    setup = psycopg2.connect(b.dsn)
+    setup.autocommit = True
+    with setup.cursor() as cur:
+        cur.execute(f"CREATE TABLE {name} (_sid bigint, _batch bigint, ts timestamptz, sid bigint, bw double precision)")
+    conns_ = [psycopg2.connect(b.dsn) for _ in range(conns)]
+
+    def copy(conn) -> None:
+        import io
+
+        with conn.cursor() as cur:
+            cur.copy_expert(f"COPY {name} FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload), size=1 << 20)
+        conn.commit()
+
+    try:
+        threads = [threading.Thread(target=copy, args=(c,)) for c in conns_]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds = time.perf_counter() - t0
+        with setup.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {name}")
+            copied = cur.fetchone()[0]
+    finally:
+        for c in conns_:
+            c.close()
+        with setup.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS {name}")
+        setup.close()
+    if copied != per * conns:
+        raise RuntimeError(f"COPY ceiling: {copied} rows in the table, expected {per * conns}")
+    return {"rows": copied, "connections": conns, "seconds": round(seconds, 3),
+            "rows_per_s": int(copied / seconds)}
+
+
 SOAK_CHUNK_SPAN = "1m"  # derived streams' chunk interval in the soak (see soak())
 
 
@@ -317,6 +379,17 @@ def markdown(data: dict) -> str:
             tried = ", ".join(f"{r['rate'] / 1000:g}k {'✓' if r['sustained'] else '✗'}" for r in c["runs"])
             cap = " (ladder top)" if c["capped"] else ""
             lines.append(f"| {cfg} | {c['sustained_rows_per_s']:,}{cap} | {data['ratios'][cfg]:.3f} | {tried} |")
+        ceil = data.get("copy_ceiling")
+        if ceil:
+            plain = data["capacity"].get("plain", {}).get("sustained_rows_per_s") or 0
+            arch = data["capacity"]["archive"]["sustained_rows_per_s"]
+            lines += ["", f"PostgreSQL's own ceiling, same run: {ceil['rows']:,} rows shaped as the archive writes them, "
+                      f"encoded beforehand, COPYed by {ceil['connections']} connections at once into a table without "
+                      f"indexes: **{ceil['rows_per_s']:,} rows/s** ({ceil['seconds']:g} s). The archive keeps "
+                      f"{arch / ceil['rows_per_s']:.2f} of it"
+                      + (f"; the ceiling itself is {ceil['rows_per_s'] / plain:.3f}x plain Spark's capacity"
+                         f"{' (an upper bound: plain kept up at the ladder top)' if data['capacity']['plain']['capped'] else ''}, "
+                         "so no archive in PostgreSQL on this machine reaches the 0.7x target." if plain else ".")]
         phases = [(cfg, r) for cfg in CONFIGS for r in data["capacity"].get(cfg, {}).get("runs", [])[:1]
                   if r.get("live") and r["live"].get("event_queries")]
         if phases:
@@ -379,6 +452,8 @@ def main(argv=None) -> int:
                 base = data["capacity"].get("plain", {}).get("sustained_rows_per_s") or None
                 data["ratios"] = {c: round(v["sustained_rows_per_s"] / base, 3) if base else 0.0
                                   for c, v in data["capacity"].items()}
+                if "archive" in data["capacity"]:
+                    data["copy_ceiling"] = copy_ceiling(b)
         finally:
             b.drop_schemas()
     publish(name, data, markdown(data), figure(data) if "capacity" in data else None, targets=targets(data))
