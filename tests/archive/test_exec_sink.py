@@ -40,26 +40,32 @@ _row = st.tuples(st.none() | st.integers(-(2**63), 2**63 - 1), st.none() | _ts,
                  st.none() | st.floats(allow_nan=True, allow_infinity=True), st.none() | st.booleans())
 
 
+_SQL_TYPES = {ColumnType.BIGINT: "bigint", ColumnType.TIMESTAMPTZ: "timestamptz", ColumnType.TEXT: "text",
+              ColumnType.DOUBLE: "double precision", ColumnType.BOOLEAN: "boolean"}
+
+
+def _copy_back(pg, cols, rows) -> list[tuple]:
+    """``rows`` through arrow_to_copy_binary and a binary COPY, read back in order."""
+    values = list(zip(*rows, strict=True)) if rows else [[] for _ in cols]
+    table = pa.table({name: pa.array(list(v), type=ct.arrow) for (name, ct), v in zip(cols, values, strict=True)})
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS rt; CREATE TABLE rt (k serial, "
+                    + ", ".join(f"{c} {_SQL_TYPES[t]}" for c, t in cols) + ")")
+        copy_binary(cur, "rt", [c for c, _ in cols], arrow_to_copy_binary(table, cols))
+        cur.execute(f"SELECT {', '.join(c for c, _ in cols)} FROM rt ORDER BY k")
+        return cur.fetchall()
+
+
 @pytest.mark.postgres
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(_row, max_size=40))
 def test_binary_copy_round_trips_every_type_and_null(pg, rows):
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in COLS]
-    table = pa.table({name: pa.array(list(vals), type=ct.arrow) for (name, ct), vals in zip(COLS, cols, strict=True)})
-    with pg.connection() as conn, conn.cursor() as cur:
-        cur.execute("DROP TABLE IF EXISTS rt; CREATE TABLE rt (k serial, i bigint, t timestamptz, s text, "
-                    "d double precision, b boolean)")
-        copy_binary(cur, "rt", [c for c, _ in COLS], arrow_to_copy_binary(table, COLS))
-        cur.execute("SELECT i, t, s, d, b FROM rt ORDER BY k")
-        got = cur.fetchall()
+    got = _copy_back(pg, COLS, rows)
     assert len(got) == len(rows)
     for want, have in zip(rows, got, strict=True):
         assert have[:3] == want[:3] and have[4] == want[4]
         assert (have[3] is None and want[3] is None) or math.isnan(want[3]) and math.isnan(have[3]) \
             or have[3] == want[3]
-
-
-FIXED = [c for c in COLS if c[1] is not ColumnType.TEXT]
 
 
 @pytest.mark.postgres
@@ -68,14 +74,7 @@ FIXED = [c for c in COLS if c[1] is not ColumnType.TEXT]
                      min_size=1, max_size=40))
 def test_binary_copy_of_fixed_width_rows_without_nulls_round_trips(pg, rows):
     """Such rows take the one-pass record-array encoder (archive.copy._fixed_rows)."""
-    cols = list(zip(*rows, strict=True))
-    table = pa.table({name: pa.array(list(vals), type=ct.arrow) for (name, ct), vals in zip(FIXED, cols, strict=True)})
-    with pg.connection() as conn, conn.cursor() as cur:
-        cur.execute("DROP TABLE IF EXISTS rtf; CREATE TABLE rtf (k serial, i bigint, t timestamptz, "
-                    "d double precision, b boolean)")
-        copy_binary(cur, "rtf", [c for c, _ in FIXED], arrow_to_copy_binary(table, FIXED))
-        cur.execute("SELECT i, t, d, b FROM rtf ORDER BY k")
-        assert cur.fetchall() == rows
+    assert _copy_back(pg, [c for c in COLS if c[1] is not ColumnType.TEXT], rows) == rows
 
 
 def _source(spark, per_host: int, hosts: int, parts: int):
