@@ -9,7 +9,9 @@ ID of t_S's source vertex is based on t_S's attributes"). Sink tuples get ids th
 The backward provenance of a tuple is carried in the column :data:`PROV`: a source
 tuple's own ``struct<id:long, ts:timestamp>``, and after a window or a join (and always
 at a sink) an ``array`` of such structs, the source tuples that contributed to it (a
-source tuple may be named twice: see :mod:`ananke.query`). Durations are accepted as :class:`~datetime.timedelta` or as Spark-style strings:
+source tuple may be named twice: see :mod:`ananke.query`).
+
+Durations are accepted as :class:`~datetime.timedelta` or as Spark-style strings:
 
 >>> to_timedelta("15 minutes")
 datetime.timedelta(seconds=900)
