@@ -228,7 +228,7 @@ def copy_ceiling(b: Bench, rows: int = 2_000_000, conns: int = 2) -> dict:
     import psycopg2
     import pyarrow as pa
 
-    from archive.copy import arrow_to_copy_binary
+    from archive.copy import arrow_to_copy_binary, copy_binary
     from archive.types import ColumnType
 
     per = rows // conns
@@ -247,10 +247,8 @@ def copy_ceiling(b: Bench, rows: int = 2_000_000, conns: int = 2) -> dict:
     conns_ = [psycopg2.connect(b.dsn) for _ in range(conns)]
 
     def copy(conn) -> None:
-        import io
-
         with conn.cursor() as cur:
-            cur.copy_expert(f"COPY {name} FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload), size=1 << 20)
+            copy_binary(cur, name, [c for c, _ in types], payload)
         conn.commit()
 
     try:
