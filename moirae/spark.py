@@ -73,6 +73,16 @@ def _log4j_options(log_file) -> str:
     return f" -Dlog4j2.configurationFile=file:{conf}"
 
 
+#: The driver JVM's heap, fixed at start: ``-Xms`` equals ``-Xmx``. With only a maximum,
+#: G1 grows the committed heap towards it in steps minutes into a steady load (482 MB to
+#: 1.9 GB over two minutes at 128k rows/s in one soak, over six in another), so the
+#: engine's resident memory kept changing long after start for no reason but sizing,
+#: and a growth that mattered could not be told from one that did not. A fixed heap is
+#: the usual setting for a long-running JVM service: what the engine holds is known when
+#: it starts (bench/engine_jvm.py --soak samples the heap beside RSS).
+DRIVER_MEMORY = "2g"
+
+
 def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool = False,
                   shuffle_partitions: int = 2, extra: dict[str, str] | None = None, log_file=None):
     """Return (creating if needed) the process's SparkSession, configured for Moirae.
@@ -85,6 +95,7 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         raise JavaMissing(f"Spark 4 needs Java 17+, found Java {major}")
     from pyspark.sql import SparkSession
 
+    heap = (extra or {}).get("spark.driver.memory", DRIVER_MEMORY)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -92,13 +103,20 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Rows go to Python workers (the executors' archive COPY) in Arrow batches of at
+        # most maxRecordsPerBatch rows (10,000). Spark 4.3 also caps a batch at 64 MB, and
+        # to do so sizes the whole batch after every row it adds: the archive query at
+        # 1.28M rows/s took 12 s a micro-batch with that check and 1.8 s without it (same
+        # run, bench/engine_jvm.py's archive configuration). Int.MaxValue is Spark's
+        # "no byte cap"; the row cap still bounds a batch.
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.driver.memory", "2g")
+        .config("spark.driver.memory", DRIVER_MEMORY)
         .config("spark.ui.showConsoleProgress", "false")
         # Spark matches a failed foreachBatch's (long) Python traceback against a regex
         # when a streaming query stops mid-batch; with the default 512 KB thread stack
         # java.util.regex recurses into a StackOverflowError. A larger stack lets it finish.
-        .config("spark.driver.extraJavaOptions", "-Xss16m" + (_log4j_options(log_file) if log_file else ""))
+        .config("spark.driver.extraJavaOptions", f"-Xss16m -Xms{heap}" + (_log4j_options(log_file) if log_file else ""))
     )
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
