@@ -81,6 +81,18 @@ def test_capacity_ladder_searches_down_for_a_configuration_behind_at_the_start(m
     assert out["slow"]["sustained_rows_per_s"] == 0  # below the floor (start / 16): no capacity found
 
 
+def test_engine_jvm_examples_run():
+    """The soak's verdicts (``level_bounded``: a sawtooth is bounded, a rise is not, one
+    late hand-over is not a rise) hold on their docstring examples (bench modules are
+    outside the package doctest sweep)."""
+    import doctest
+
+    from bench import engine_jvm
+
+    result = doctest.testmod(engine_jvm)
+    assert result.attempted >= 3 and result.failed == 0
+
+
 def test_a_figure_without_a_goal_is_reported_not_unresolved(results):
     """A comparison an issue asks for with no goal (e.g. one worker vs two) is shown as
     reported; a figure with a goal that the run cannot decide stays unresolved."""
