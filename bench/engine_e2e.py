@@ -85,13 +85,14 @@ class Bench:
                                   **overrides)
 
     def drop_schemas(self) -> None:
+        """Drop every schema this bench made so far (and forget them)."""
         import psycopg2
 
         conn = psycopg2.connect(self.dsn)
         conn.autocommit = True
         with conn.cursor() as cur:
-            for s in self.schemas:
-                cur.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
+            while self.schemas:
+                cur.execute(f'DROP SCHEMA IF EXISTS "{self.schemas.pop()}" CASCADE')
         conn.close()
 
 
