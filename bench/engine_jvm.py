@@ -192,7 +192,10 @@ def capacities(b: Bench, configs: list[str], start: int, seconds: float, warm: f
     is done (its capacity: the last rate it kept up with). One that is behind at
     ``start`` already is then tried at halved rates down to ``floor`` (default
     ``start / 16``), so a slow configuration gets a capacity from the same run rather
-    than a 0 that says only "below the ladder" (0 if it never kept up)."""
+    than a 0 that says only "below the ladder" (0 if it never kept up). Last, each
+    configuration that kept up at some rate R and fell behind at 2R (not capped by
+    ``limit``) is tried once at 1.5R: doubling alone brackets a capacity within a
+    factor of two, too coarse to show a change that moves it by less."""
     out = {c: {"sustained_rows_per_s": 0, "capped": False, "runs": []} for c in configs}
     live, rate = list(configs), start
     while live and rate <= limit:
@@ -215,6 +218,13 @@ def capacities(b: Bench, configs: list[str], start: int, seconds: float, warm: f
             if r["sustained"]:
                 out[cfg]["sustained_rows_per_s"] = rate
             rate //= 2
+    for cfg in configs:
+        ok = out[cfg]["sustained_rows_per_s"]
+        if ok and not out[cfg]["capped"]:
+            r = measure(b, cfg, ok * 3 // 2, seconds, warm)
+            out[cfg]["runs"].append(r)
+            if r["sustained"]:
+                out[cfg]["sustained_rows_per_s"] = ok * 3 // 2
     return out
 
 
