@@ -106,9 +106,9 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         # Rows go to Python workers (the executors' archive COPY) in Arrow batches of at
         # most maxRecordsPerBatch rows (10,000). Spark 4.3 also caps a batch at 64 MB, and
         # to do so sizes the whole batch after every row it adds: the archive query at
-        # 1.28M rows/s took 12 s a micro-batch with that check and 1.8 s without it (same
-        # run, bench/engine_jvm.py's archive configuration). Int.MaxValue is Spark's
-        # "no byte cap"; the row cap still bounds a batch.
+        # 1.28M rows/s took 12-13 s a micro-batch with that check and 1.6-3.5 s without
+        # it (separate runs of bench/engine_jvm.py's archive configuration). Int.MaxValue
+        # is Spark's "no byte cap"; the row cap still bounds a batch.
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
         .config("spark.driver.memory", DRIVER_MEMORY)
