@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -108,6 +109,38 @@ class Ank1Logic:
         self._heap: list[tuple[int, int]] = []  # (event time µs, id), T ordered on τ
         self._horizon: datetime | None = None
         self.lock = threading.RLock()  # held by adapters whose sinks run on several threads
+        self._pending: list[GraphItem] = []  # emitted, not yet handed to ``emit``
+        self._batching = 0
+
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """Hand what the calls inside the block emit to ``emit`` in one call, at its end:
+        one transaction of the graph store per micro-batch, not one per sink tuple.
+
+        Items ``emit`` refused (it raised) stay pending and go first in the next call:
+        ANK-1's state already counts their sources as emitted, so dropping them would
+        leave a replayed batch's edges without their source vertices."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching:
+                self.flush()
+
+    def flush(self) -> None:
+        """Hand the pending items to ``emit`` (see :meth:`batched`)."""
+        if self._pending and self.emit is not None:
+            items = self._pending
+            self.emit(items)
+            self._pending = []
+
+    def _emit(self, items: list[GraphItem]) -> None:
+        if self.emit is None:
+            return
+        self._pending.extend(items)
+        if not self._batching:
+            self.flush()
 
     # -- Algorithm 1, L1-11 -------------------------------------------------------
     def on_tuple(self, sink: str, sink_tuple: SinkTuple,
@@ -144,8 +177,7 @@ class Ank1Logic:
         self.stats.sink_tuples += 1
         self.stats.labels += 1
         self.stats.max_state = max(self.stats.max_state, len(alive))
-        if self.emit is not None:
-            self.emit(out)
+        self._emit(out)
         return out
 
     # -- Algorithm 1, L12-17 ------------------------------------------------------
@@ -171,8 +203,8 @@ class Ank1Logic:
             del alive[sid]
             out.append(Label(sid, "source", w))
         self.stats.labels += len(out)
-        if out and self.emit is not None:
-            self.emit(out)
+        if out:
+            self._emit(out)
         horizon = w - self.spec.U
         if self._horizon is None or horizon > self._horizon:
             self._horizon = horizon

@@ -150,7 +150,7 @@ class Ank1SparkSink:
         if self.deliver_frame is not None:
             self.deliver_frame(frame, batch_id)
         t0 = time.perf_counter()
-        with self.logic.lock:
+        with self.logic.lock, self.logic.batched():  # the batch's graph in one transaction
             for st, prov in rows:
                 self.logic.on_tuple(self.sink.name, st, prov)
             self.rows += len(rows)

@@ -307,6 +307,9 @@ class DeployManager:
         self.results.close()
         self.events.close()
         self.save_state()
+        for flow in self.flows.values():  # last: the final maintenance may have labelled sources
+            if flow.graph is not None:
+                flow.graph.close()
 
     def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool,
                   started: float | None = None) -> None:

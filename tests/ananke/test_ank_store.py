@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -62,3 +63,81 @@ def test_forward_answer_is_not_final_while_alive(pg):
 def test_bad_prefix_is_refused(pg):
     with pytest.raises(BadPrefix, match="'x; drop'"):
         GraphStore(pg.connect, prefix="x; drop")
+
+
+class CountingStore:
+    """A GraphStore wrapper that counts its write calls and can refuse the first ones."""
+
+    def __init__(self, store: GraphStore, fail: int = 0) -> None:
+        self.store, self.fail, self.calls = store, fail, 0
+
+    def __call__(self, items) -> None:
+        self.calls += 1
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("graph store unreachable (test)")
+        self.store(items)
+
+
+def dangling_edges(pg, prefix: str) -> int:
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT count(*) FROM {prefix}_edge e WHERE NOT EXISTS (SELECT 1 FROM {prefix}_vertex v "
+                    "WHERE v.kind = 'source' AND v.id = e.source_id)")
+        return cur.fetchone()[0]
+
+
+def test_a_batch_is_written_in_one_call_and_a_refused_one_is_not_lost(pg):
+    store = GraphStore(pg.connect, prefix="bat").create()
+    sink = CountingStore(store, fail=1)
+    ank = Ank1(("K1", "K2"), U).build(sink)
+    with pytest.raises(ConnectionError), ank.batched():  # what the Spark adapter does per micro-batch
+        for name in ("K1", "K2"):
+            ank.on_watermark(name, at(8, 10))
+        for name, st, prov in INPUT[:2]:
+            ank.on_tuple(name, st, prov)
+            assert sink.calls == 0
+    # nothing before the block ended, then one call, which failed
+    assert sink.calls == 1 and store.counts() == {"source": 0, "sink": 0, "edge": 0, "label": 0}
+    with ank.batched():  # the next batch carries the refused items first
+        ank.on_tuple(*INPUT[2])
+    assert sink.calls == 2
+    assert store.counts() == {"source": 6, "sink": 3, "edge": 7, "label": 3}
+    assert dangling_edges(pg, "bat") == 0
+    ank.on_watermark("K1", at(8, 21))
+    ank.on_watermark("K2", at(8, 21))  # outside a block: written at once
+    assert sink.calls == 3 and store.counts()["label"] == 3 + 4
+    store.close()
+
+
+def test_the_write_connection_is_kept_and_replaced_when_it_breaks(pg):
+    store = GraphStore(pg.connect, prefix="conn").create()
+    ank = feed(store, at(8, 10))
+    pid = store._writer().info.backend_pid
+    ank.on_watermark("K1", at(8, 21))
+    assert store._writer().info.backend_pid == pid  # one connection for every write
+    with pg.connection() as conn, conn.cursor() as cur:  # the server drops it (as on a restart)
+        cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    ank.on_watermark("K2", at(8, 21))  # written on a new connection, nothing lost
+    assert store._writer().info.backend_pid != pid
+    assert store.counts() == {"source": 6, "sink": 3, "edge": 7, "label": 3 + 4}
+    last = store._writer().info.backend_pid
+    store.close()  # no server process left behind
+    with pg.connection() as conn, conn.cursor() as cur:
+        for _ in range(50):
+            cur.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (last,))
+            if cur.fetchone()[0] == 0:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"backend {last} still open after close()")
+
+
+def test_a_statement_error_is_raised_and_the_connection_stays_usable(pg):
+    from ananke.items import Edge
+
+    store = GraphStore(pg.connect, prefix="err").create()
+    with pytest.raises(Exception, match="out of range"):
+        store([Edge(2**63 + 1, 1, at(8, 0))])  # not a bigint: the server refuses it
+    feed(store, at(8, 21))
+    assert store.counts()["edge"] == 7
+    store.close()
