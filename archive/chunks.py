@@ -20,6 +20,9 @@ README's "Where this differs from DESIGN.md").
 - **Bounded locks.** ``CREATE TABLE .. PARTITION OF`` holds locks until commit; chunks
   are created at most :data:`CHUNKS_PER_TRANSACTION` per transaction
   (:func:`ensure_chunks`, :func:`ensure_span`), each transaction its own.
+- **One creator, two callers.** :func:`create_chunks` is the SQL of chunk creation and
+  needs only a cursor: the driver calls it through :func:`create_in`, and an executor
+  archiving its partition of a micro-batch (:mod:`archive.exec_sink`) calls it itself.
 """
 
 from __future__ import annotations
@@ -132,12 +135,22 @@ def ensure_chunks(arch: Archiver, spec: StreamSpec, chunk_ids: Iterable[int], bu
     ``chunk_ids`` (on the stream's own grid), at most :data:`CHUNKS_PER_TRANSACTION` per
     transaction; return every one's tier. Idempotent and safe against concurrent
     creators (the partition DDL is ``IF NOT EXISTS`` under a per-stream advisory lock)."""
-    ids = sorted({int(c) for c in chunk_ids})
     out: dict[int, Tier] = {}
-    for i in range(0, len(ids), CHUNKS_PER_TRANSACTION):
+    for group in in_groups(chunk_ids):
         with arch._conn() as conn, conn.cursor() as cur:
-            out.update(create_in(arch, cur, spec, ids[i:i + CHUNKS_PER_TRANSACTION], bulk))
+            out.update(create_in(arch, cur, spec, group, bulk))
     return out
+
+
+def in_groups(chunk_ids: Iterable[int]) -> list[list[int]]:
+    """``chunk_ids`` deduplicated and sorted, in groups of at most
+    :data:`CHUNKS_PER_TRANSACTION`: one creating transaction each.
+
+    >>> [len(g) for g in in_groups(range(70))]
+    [32, 32, 6]
+    """
+    ids = sorted({int(c) for c in chunk_ids})
+    return [ids[i:i + CHUNKS_PER_TRANSACTION] for i in range(0, len(ids), CHUNKS_PER_TRANSACTION)]
 
 
 def ensure_span(arch: Archiver, stream: str, min_ts: datetime, max_ts: datetime, bulk: bool = False,
@@ -156,16 +169,33 @@ def ensure_span(arch: Archiver, stream: str, min_ts: datetime, max_ts: datetime,
 
 
 def create_in(arch: Archiver, cur, spec: StreamSpec, chunk_ids: list[int], bulk: bool) -> dict[int, Tier]:
+    """Inside the caller's transaction: :func:`create_chunks` on the stream's grid, with
+    the Archiver's current horizon for the stream."""
+    return create_chunks(cur, spec, arch.grid_of(spec.name).span_us, chunk_ids, arch.horizon(spec.name), bulk)
+
+
+def create_chunks(cur, spec: StreamSpec, span_us: int, chunk_ids: list[int], horizon: datetime | None,
+                  bulk: bool) -> dict[int, Tier]:
     """Inside the caller's transaction: create the missing partitions and catalog rows
-    among ``chunk_ids`` (keep it to a few: each holds a lock until commit); return every
-    one's tier."""
+    among ``chunk_ids`` (chunk ``c`` is ``[c * span_us, (c + 1) * span_us)`` from the
+    epoch, as :meth:`ChunkGrid.bounds`; keep it to a few: each holds a lock until
+    commit); return every one's tier. A new chunk is old when ``bulk`` or when it ends
+    at or before ``horizon``, else present.
+
+    Safe against concurrent creators of the same chunk (another executor of the same
+    batch, the driver): the DDL runs under a per-stream advisory lock and is
+    ``IF NOT EXISTS``, and the catalog insert keeps a row another creator committed.
+    ``CREATE TABLE .. PARTITION OF`` locks the stream's table exclusively until commit,
+    so it waits for every open transaction writing to it: call this before the
+    transaction writes to the stream's table (two writers each waiting here for the
+    other's write lock would deadlock). An executor commits it before its data
+    transaction even opens (:func:`archive.exec_sink.write_partition`)."""
     if not chunk_ids:
         return {}
-    grid = arch.grid_of(spec.name)
+    grid = ChunkGrid(timedelta(microseconds=span_us))
     cur.execute("SELECT chunk_id, tier, dropped FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s)",
                 (spec.name, chunk_ids))
     found = {cid: (Tier(t), dropped) for cid, t, dropped in cur.fetchall()}
-    horizon = arch.horizon(spec.name)
     out = {cid: found[cid][0] for cid in chunk_ids if cid in found and not found[cid][1]}
     new = [cid for cid in chunk_ids if cid not in out]
     if not new:
@@ -185,11 +215,13 @@ def create_in(arch: Archiver, cur, spec: StreamSpec, chunk_ids: list[int], bulk:
     execute_values(cur, "INSERT INTO moirae_chunks (stream, chunk_id, start_ts, end_ts, tier) VALUES %s "
                    "ON CONFLICT (stream, chunk_id) DO UPDATE SET dropped = false, tier = EXCLUDED.tier, "
                    "rows = 0, late_rows = 0 WHERE moirae_chunks.dropped", values,
-                   template="(%s, %s::bigint, %s, %s, %s)")
+                   template="(%s, %s::bigint, %s, %s, %s)", page_size=len(values))
+    changed = cur.rowcount  # catalog rows inserted or revived here: < len(new) if another creator was first
     cur.execute("SELECT chunk_id, tier FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s)",
                 (spec.name, new))
     out.update({int(cid): Tier(t) for cid, t in cur.fetchall()})
-    bump_version(cur, spec.name)
+    if changed:  # the partitions of one batch that all found a chunk missing bump it once
+        bump_version(cur, spec.name)
     return out
 
 

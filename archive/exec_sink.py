@@ -7,9 +7,15 @@ dead letters, so a partition that a replayed batch (or a retried task) writes ag
 is a no-op. The part row also records how many rows (and late rows) went to each
 chunk and the newest event time; the driver sums those into the chunk catalog when it
 commits the whole batch (:meth:`archive.archiver.Archiver.commit_parts`), and deletes
-the part rows then. The batch is read once: the partition checks its chunks exist in
-the catalog itself, and only a batch reaching a new chunk runs twice (the driver
-creates the chunk in between).
+the part rows then.
+
+The batch is read once, new chunks included: a partition whose rows fall into chunks
+that do not exist yet creates them itself, with the driver's code
+(:func:`archive.chunks.create_chunks`), in short transactions it commits before its data
+transaction opens, on the same connection. The new chunks' tiers follow the stream's
+horizon as the driver saw it when it built the job. Only a chunk that is gone again by
+the time the rows are written (dropped by retention meanwhile) makes the driver create
+it and run the batch again.
 
 This module runs inside Spark's Python workers: it imports only the archive's pure
 modules and psycopg2, and connects with the DSN it is given (on a cluster, one the
@@ -23,12 +29,14 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from archive import chunks as chunk_sql
 from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.streams import StreamSpec
 from archive.types import ColumnType
@@ -59,7 +67,16 @@ _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float6
 
 @dataclass(frozen=True)
 class PartitionJob:
-    """Everything an executor needs to archive its partition of one micro-batch."""
+    """Everything an executor needs to archive its partition of one micro-batch.
+
+    ``horizon`` is the stream's expiry horizon as the driver saw it when it built the
+    job (:meth:`archive.archiver.Archiver.horizon`), and ``bulk`` whether the batch
+    loads history: with them an executor gives a chunk it creates the tier the driver
+    would have. The horizon may move on the driver while the job runs; a chunk then
+    created present that the horizon has already passed is demoted by the next
+    demotion pass, which looks at every present chunk against the newest horizon
+    (:func:`archive.tiers.demote`), just as a chunk the driver created a moment before
+    the horizon moved."""
 
     dsn: str
     schema: str | None
@@ -68,6 +85,8 @@ class PartitionJob:
     span_us: int
     after_commit: Callable[[int, int], None] | None = None  # (batch id, part): a test hook
     retry_seconds: float = 60.0  # how long an executor retries a partition while PostgreSQL is unreachable
+    horizon: datetime | None = None
+    bulk: bool = False
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -112,10 +131,10 @@ def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int
 
 def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
     """Archive one partition in one transaction. Returns (rows, dead letters, duplicate,
-    missing chunks). When a chunk the rows fall into does not exist yet, nothing is
-    written and its id is returned: the driver creates it and runs the batch again
-    (chunk creation takes locks and DDL, so it stays on the driver; a live stream
-    meets a new chunk once per chunk span)."""
+    missing chunks). Chunks the rows fall into that do not exist yet are created first
+    (:func:`create_missing`); one still missing when the data transaction reads the
+    catalog (dropped meanwhile) is returned and nothing is written: the driver creates
+    it and runs the batch again."""
     spec = job.spec
     good, dead = split_arrow(table, spec)
     conn = _connection(job.dsn, job.schema)
@@ -134,13 +153,16 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
                                        f"{len(ids)} chunks; one transaction may write at most "
                                        f"{MAX_CHUNKS_PER_BATCH} (PostgreSQL's lock table): send smaller batches "
                                        "or set a larger chunk interval")
-                cur.execute("SELECT chunk_id, tier FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s) "
-                            "AND NOT dropped", (spec.name, ids.tolist()))
-                tiers = dict(cur.fetchall())
+                tiers = _tiers(cur, spec.name, ids.tolist())
                 missing = [c for c in ids.tolist() if c not in tiers]
                 if missing:
-                    conn.rollback()
-                    return 0, 0, False, missing
+                    conn.rollback()  # end the read: each creation is a transaction of its own
+                    create_missing(conn, job, missing)
+                    tiers = _tiers(cur, spec.name, ids.tolist())  # the data transaction starts here
+                    missing = [c for c in ids.tolist() if c not in tiers]
+                    if missing:
+                        conn.rollback()
+                        return 0, 0, False, missing
                 # rows into a chunk that has left the present tier are late (M 4.1)
                 chunks = {c: [n, n if tiers[c] != "present" else 0]
                           for c, n in zip(ids.tolist(), counts.tolist(), strict=True)}
@@ -165,6 +187,33 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
         _drop_connection(job.dsn, job.schema)
         raise
     return good.num_rows, len(dead), False, []
+
+
+def create_missing(conn, job: PartitionJob, chunk_ids: list[int]) -> None:
+    """Create ``chunk_ids`` of the job's stream on ``conn``, which must have no
+    transaction open, at most :data:`archive.chunks.CHUNKS_PER_TRANSACTION` per
+    transaction, each committed before the next (and before the caller writes).
+
+    Creating a partition waits for every open transaction writing to the stream's table
+    (the other partitions' COPYs). Those already hold their lock on the table and write
+    only to chunks they found in the catalog, so they never wait for a creator; a data
+    transaction about to write may queue behind the creator, holding nothing the
+    creator needs (a read of the catalog, its own ``moirae_batch_parts`` row). So no
+    cycle, as long as no transaction creates while holding its own write lock on the
+    table: hence creation in transactions of its own, before the data transaction.
+    Two partitions of one batch may both find a chunk missing; the second finds it
+    created once the first commits (:func:`archive.chunks.create_chunks`)."""
+    for group in chunk_sql.in_groups(chunk_ids):
+        with conn.cursor() as cur:
+            chunk_sql.create_chunks(cur, job.spec, job.span_us, group, job.horizon, job.bulk)
+        conn.commit()
+
+
+def _tiers(cur, stream: str, chunk_ids: list[int]) -> dict[int, str]:
+    """The tier of each of ``chunk_ids`` that exists (not dropped) in the catalog."""
+    cur.execute("SELECT chunk_id, tier FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s) "
+                "AND NOT dropped", (stream, chunk_ids))
+    return dict(cur.fetchall())
 
 
 def split_arrow(table: pa.Table, spec: StreamSpec):

@@ -4,9 +4,10 @@ DESIGN.md §4 flow 1).
 Each micro-batch is cast to the stream's archive types and given its deterministic
 source ids by Spark itself (``xxhash64``, the same function :mod:`archive.ids` computes
 in Python); then each partition COPYs its own rows from its executor
-(:mod:`archive.exec_sink`). Spark replays an unfinished batch with the same id after a
-restart from its checkpoint; the per-partition records make the partitions already
-written no-ops, and the batch log makes a committed batch one: exactly-once.
+(:mod:`archive.exec_sink`), creating first any chunk its rows reach that does not exist
+yet, so each batch is one Spark job. Spark replays an unfinished batch with the same id
+after a restart from its checkpoint; the per-partition records make the partitions
+already written no-ops, and the batch log makes a committed batch one: exactly-once.
 """
 
 from __future__ import annotations
@@ -74,9 +75,11 @@ def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None =
     executors (:mod:`archive.exec_sink`): every partition COPYs its own rows.
 
     The driver never collects the batch. It skips a batch already in the batch log,
-    runs the partition writers (one Spark job; each returns one summary row), creates
-    any chunk a partition found missing and runs them again (the partitions already
-    written are no-ops), then commits the batch (:meth:`Archiver.commit_parts`).
+    runs the partition writers (one Spark job; each creates the new chunks its rows
+    reach, then writes them, and returns one summary row), then commits the batch
+    (:meth:`Archiver.commit_parts`). Should a partition still find a chunk missing
+    (dropped by retention after it was created), the driver creates it and runs the
+    writers again; the partitions already written are then no-ops.
     ``executor_dsn``: the DSN executors connect with (default: ``MOIRAE_EXECUTOR_PG_DSN``
     if set, else the archive's own).
     ``after_part(batch_id, part)`` runs on the executor after a partition commits (tests).
@@ -120,11 +123,13 @@ def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
 
 
 def _write_from_executors(archiver, spec, typed, batch_id, span_us, dsn, after_part):
-    job = PartitionJob(dsn, archiver.db.schema, spec, batch_id, span_us, after_part, archiver.db.retry_seconds)
     if not _in_layout(typed, spec):
         typed = typed.select("_sid", spec.ts_col, *spec.columns)
     created: set[int] = set()
-    for _ in range(8):
+    for _ in range(8):  # normally once: the executors create the chunks they need
+        # the horizon as of now decides new chunks' tiers on the executors (see PartitionJob)
+        job = PartitionJob(dsn, archiver.db.schema, spec, batch_id, span_us, after_part, archiver.db.retry_seconds,
+                           horizon=archiver.horizon(spec.name), bulk=False)
         missing = {c for r in typed.mapInArrow(job, SUMMARY_SCHEMA).collect() for c in (r["missing"] or ())}
         if not missing:
             return archiver.commit_parts(spec.name, batch_id)

@@ -13,17 +13,27 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, fresh_archiver, make_archiver, metrics_spec, table_rows
+from arch_helpers import (
+    T0,
+    catalog_rows,
+    fresh_archiver,
+    make_archiver,
+    metrics_spec,
+    partition_counts,
+    table_rows,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive import Database
+from archive.abc import Tier
 from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.spark_sink import archive_batches
 from archive.types import ColumnType
@@ -120,6 +130,67 @@ def test_replay_after_an_executor_failed_midway_archives_each_row_once(spark, pg
         with arch.db.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT count(*) FROM moirae_batch_parts")
             assert cur.fetchone()[0] == 0
+
+
+def _one_pass_only(monkeypatch, arch, df) -> list[int]:
+    """Count the partition writers' passes over a batch (``mapInArrow`` calls on the
+    driver, on the class of ``df``: each pass is a Spark job running the batch's whole
+    plan), and fail if the driver had to create a chunk itself."""
+    DataFrame = type(df)  # noqa: N806 - pyspark.sql.classic's, which overrides mapInArrow
+    passes = []
+    real = DataFrame.mapInArrow
+
+    def counted(self, *args, **kwargs):
+        passes.append(1)
+        return real(self, *args, **kwargs)
+
+    def no_driver_creation(*args, **kwargs):
+        raise AssertionError(f"the driver created chunks {args}: a partition found them missing")
+
+    monkeypatch.setattr(DataFrame, "mapInArrow", counted)
+    monkeypatch.setattr(arch, "ensure_chunks", no_driver_creation)
+    return passes
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_a_batch_reaching_new_chunks_is_archived_in_one_spark_job(spark, archiver, monkeypatch):
+    """33 rows 13 minutes apart over 7 new hourly chunks, partitioned by host (3 hosts,
+    each with a row every 39 minutes, so every non-empty partition reaches every chunk;
+    ``local[2]`` runs two at a time, creating the same chunks concurrently): the
+    executors create the chunks, and the batch is computed once."""
+    frame, df = _source(spark, 11, 3, 3)
+    passes = _one_pass_only(monkeypatch, archiver, df)
+    results = []
+    archive_batches(archiver, "metrics", on_batch=lambda r, _df: results.append(r))(df, 0)
+    assert len(passes) == 1
+    assert results[0].rows == len(frame) and results[0].late_rows == 0 and len(results[0].chunks) == 7
+    got = table_rows(archiver)
+    assert sorted(got["n"]) == sorted(frame["n"]) and got["_sid"].is_unique
+    expected = Counter(int(T0.timestamp()) // 3600 + 13 * i // 60 for i in range(len(frame)))  # hour of row i
+    assert catalog_rows(archiver) == partition_counts(archiver) == expected
+    assert {c.tier for c in archiver.chunks("metrics")} == {Tier.PRESENT}
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT chunks_version FROM moirae_streams WHERE stream = 'metrics'")
+        assert cur.fetchone()[0] >= 1  # task-id caches see the new chunks
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+def test_executor_created_chunks_take_their_tier_from_the_horizon(spark, archiver, monkeypatch):
+    """The horizon is at T0 + 2 h: the chunks ending at or before it are created old
+    (their rows count as late), the later ones present; still one Spark job."""
+    archiver.demote(T0 + timedelta(hours=2))
+    frame, df = _source(spark, 6, 3, 2)  # 18 rows from T0, 13 minutes apart: hours 0..3
+    passes = _one_pass_only(monkeypatch, archiver, df)
+    results = []
+    archive_batches(archiver, "metrics", on_batch=lambda r, _df: results.append(r))(df, 0)
+    assert len(passes) == 1
+    tiers = {c.start - T0: c.tier for c in archiver.chunks("metrics")}
+    assert tiers == {timedelta(hours=0): Tier.OLD, timedelta(hours=1): Tier.OLD,
+                     timedelta(hours=2): Tier.PRESENT, timedelta(hours=3): Tier.PRESENT}
+    behind = sum(1 for i in range(len(frame)) if 13 * i < 120)
+    assert (results[0].rows, results[0].late_rows) == (len(frame), behind)
 
 
 @pytest.mark.spark

@@ -1,0 +1,219 @@
+"""An executor creates the chunks its partition reaches (archive/exec_sink.py with
+archive.chunks.create_chunks), without Spark: the partition writer is called in this
+process, as a Python worker would call it.
+
+Creation runs in short transactions committed before the data transaction opens, at
+most CHUNKS_PER_TRANSACTION chunks each; two creators of one chunk both succeed; a
+creator waits for open writers of the stream's table without a deadlock; the new
+chunk's tier follows the driver's horizon snapshot and ``bulk``, and a chunk created
+present from a stale snapshot is demoted by the next demotion pass; a chunk dropped
+between its creation and the write is reported missing, for the driver to create."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pandas as pd
+import psycopg2
+import pyarrow as pa
+import pytest
+from arch_helpers import T0, catalog_rows, partition_counts, rows, table_rows
+
+from archive import chunks as chunks_mod
+from archive import exec_sink
+from archive.abc import Tier
+from archive.exec_sink import PartitionJob, write_partition
+from archive.ids import source_ids
+
+pytestmark = pytest.mark.postgres
+HOUR_US = 3_600_000_000
+
+
+@pytest.fixture
+def job(archiver):
+    """A PartitionJob for batch 1 of ``metrics`` (1-hour chunks, no horizon); the
+    worker connection it opens in this process is closed afterwards."""
+    archiver.fix_interval("metrics", 0, timedelta(0))
+    yield PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream("metrics"), 1, HOUR_US)
+    exec_sink._drop_connection(archiver.db.dsn, archiver.db.schema)
+
+
+def _partition(archiver, frame: pd.DataFrame) -> pa.Table:
+    """``frame`` as Spark hands a partition over: ``_sid``, event time (us, UTC), payload."""
+    spec = archiver.stream("metrics")
+    frame = frame.copy()
+    frame.insert(0, "_sid", source_ids("metrics", frame, spec.id_columns))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("us", "UTC")))
+
+
+def _creating_transactions(archiver) -> list[int]:
+    """How many of the stream's partitions each transaction created (pg_class xmin)."""
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "WHERE i.inhparent = 'metrics'::regclass GROUP BY c.xmin::text::bigint")
+        return sorted(n for (n,) in cur.fetchall())
+
+
+def test_an_executor_creates_its_chunks_in_bounded_transactions_then_writes(archiver, job, monkeypatch):
+    monkeypatch.setattr(chunks_mod, "CHUNKS_PER_TRANSACTION", 4)
+    frame = rows(30, step=timedelta(minutes=20))  # 10 hourly chunks, none created yet
+    assert write_partition(job, 0, _partition(archiver, frame)) == (30, 0, False, [])
+    assert _creating_transactions(archiver) == [2, 4, 4]
+    assert sorted(catalog_rows(archiver)) == list(range(473_352, 473_362))  # T0 is hour 473,352
+    archiver.commit_parts("metrics", 1)
+    assert catalog_rows(archiver) == partition_counts(archiver) == {c: 3 for c in range(473_352, 473_362)}
+    assert table_rows(archiver)["n"].tolist() == list(range(30))
+
+
+def test_creation_runs_with_no_transaction_open_on_the_worker_connection(archiver, job, monkeypatch):
+    """The executor never creates a chunk inside its data transaction (or any other):
+    a writer waiting for the table's exclusive lock while holding its own write lock
+    could deadlock with another partition doing the same."""
+    real = chunks_mod.create_chunks
+    states = []
+
+    def watched(cur, *args):
+        states.append(cur.connection.info.transaction_status)
+        return real(cur, *args)
+
+    monkeypatch.setattr(chunks_mod, "create_chunks", watched)
+    write_partition(job, 0, _partition(archiver, rows(5, step=timedelta(hours=1))))
+    assert states and set(states) == {psycopg2.extensions.TRANSACTION_STATUS_IDLE}
+
+
+def test_a_new_chunks_tier_follows_the_horizon_snapshot_and_bulk(archiver, job):
+    horizon = T0 + timedelta(hours=2)
+    at_horizon = PartitionJob(job.dsn, job.schema, job.spec, 1, HOUR_US, horizon=horizon)
+    frame = rows(4, step=timedelta(hours=1))  # chunks ending at T0 + 1 h .. T0 + 4 h
+    res = write_partition(at_horizon, 0, _partition(archiver, frame))
+    assert res == (4, 0, False, [])
+    got = {c.start: c.tier for c in archiver.chunks("metrics")}
+    assert got == {T0: Tier.OLD, T0 + timedelta(hours=1): Tier.OLD,  # ends at the horizon: old
+                   T0 + timedelta(hours=2): Tier.PRESENT, T0 + timedelta(hours=3): Tier.PRESENT}
+    assert archiver.commit_parts("metrics", 1).late_rows == 2  # rows into old chunks are late
+    bulk = PartitionJob(job.dsn, job.schema, job.spec, 2, HOUR_US, horizon=horizon, bulk=True)
+    write_partition(bulk, 0, _partition(archiver, rows(1, start=T0 + timedelta(hours=9), first=10)))
+    assert {c.start: c.tier for c in archiver.chunks("metrics")}[T0 + timedelta(hours=9)] is Tier.OLD
+
+
+def test_a_chunk_created_present_from_a_stale_horizon_is_demoted_by_the_next_pass(archiver, job):
+    """The driver's horizon moved after the job's snapshot (None here): the executor
+    creates the chunk present although it is behind the horizon; the next demotion
+    pass, even with no newer horizon, finds it."""
+    archiver.demote(T0 + timedelta(hours=5))
+    write_partition(job, 0, _partition(archiver, rows(3, start=T0 + timedelta(hours=1))))
+    archiver.commit_parts("metrics", 1)
+    assert [c.tier for c in archiver.chunks("metrics")] == [Tier.PRESENT]
+    moves = archiver.demote(T0 + timedelta(hours=5))
+    assert [(m.chunk_id, m.from_tier, m.to_tier) for m in moves] == [(473_353, Tier.PRESENT, Tier.RECENT)]
+    assert [c.tier for c in archiver.chunks("metrics")] == [Tier.RECENT]
+
+
+def _blocked_on_lock(archiver, pid: int) -> bool:
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+        row = cur.fetchone()
+        return row is not None and row[0] == "Lock"
+
+
+def _wait_until(cond, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.05)
+
+
+def test_two_creators_of_the_same_chunks_both_succeed(archiver):
+    """Two partitions of one batch found the same chunks missing: the second waits for
+    the first (advisory lock), then finds them created; one partition and one catalog
+    row per chunk, with the same tier for both."""
+    spec = archiver.stream("metrics")
+    version = _chunks_version(archiver)
+    first, second = archiver.db.connect(), archiver.db.connect()
+    out = {}
+    try:
+        with first.cursor() as cur:
+            out["first"] = chunks_mod.create_chunks(cur, spec, HOUR_US, [10, 11], None, False)
+
+        def create_second():
+            with second.cursor() as cur:
+                out["second"] = chunks_mod.create_chunks(cur, spec, HOUR_US, [11, 12], None, False)
+            second.commit()
+
+        t = threading.Thread(target=create_second)
+        t.start()
+        _wait_until(lambda: _blocked_on_lock(archiver, second.get_backend_pid()), "the second creator waits")
+        first.commit()
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        first.close()
+        second.close()
+    assert out == {"first": {10: Tier.PRESENT, 11: Tier.PRESENT}, "second": {11: Tier.PRESENT, 12: Tier.PRESENT}}
+    assert sorted(c.chunk_id for c in archiver.chunks("metrics")) == [10, 11, 12]
+    assert sum(_creating_transactions(archiver)) == 3
+    # each creator changed the catalog (10-11, then 12): the chunk set's version moves
+    # once per creator that added a chunk, not for the chunk the second found made
+    assert _chunks_version(archiver) == version + 2
+    with archiver.db.connection(autocommit=False) as third, third.cursor() as cur:
+        chunks_mod.create_chunks(cur, spec, HOUR_US, [10, 12], None, False)  # nothing new
+    assert _chunks_version(archiver) == version + 2
+
+
+def _chunks_version(archiver) -> int:
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT chunks_version FROM moirae_streams WHERE stream = 'metrics'")
+        return cur.fetchone()[0]
+
+
+def test_creation_waits_for_an_open_writer_of_the_table_without_deadlock(archiver, job):
+    """Another partition's COPY is open on the stream's table: this executor's creation
+    waits for it (``CREATE TABLE .. PARTITION OF`` locks the table), holding nothing
+    that writer needs, so the writer can go on writing and commit, and then this
+    partition is written."""
+    archiver.ensure_chunks("metrics", [473_352])
+    writer = archiver.db.connect()
+    result = {}
+    try:
+        with writer.cursor() as cur:
+            cur.execute("INSERT INTO metrics (_sid, _batch, ts, host, v, n) VALUES (1, 1, %s, 'w', 0, 100)", (T0,))
+        executor = exec_sink._connection(job.dsn, job.schema).get_backend_pid()  # the one write_partition uses
+        t = threading.Thread(target=lambda: result.update(
+            res=write_partition(job, 0, _partition(archiver, rows(3, step=timedelta(hours=1))))))
+        t.start()
+        _wait_until(lambda: _blocked_on_lock(archiver, executor), "the executor waits for the open writer")
+        with writer.cursor() as cur:  # the writer still progresses: it waits for nothing the executor holds
+            cur.execute("INSERT INTO metrics (_sid, _batch, ts, host, v, n) VALUES (2, 1, %s, 'w', 0, 101)", (T0,))
+        writer.commit()
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        writer.close()
+    assert result["res"] == (3, 0, False, [])
+    assert table_rows(archiver)["n"].tolist() == [0, 1, 2, 100, 101]
+
+
+def test_a_chunk_dropped_after_its_creation_is_reported_missing(archiver, job, monkeypatch):
+    """Retention dropped the new chunk between its creation and the data transaction:
+    nothing is written and the chunk is reported, for the driver to create again."""
+    real = exec_sink.create_missing
+
+    def then_dropped(conn, job_, ids):
+        real(conn, job_, ids)
+        with archiver.db.connection() as other, other.cursor() as cur:
+            cur.execute("DROP TABLE metrics__c473352")
+            cur.execute("UPDATE moirae_chunks SET dropped = true WHERE chunk_id = 473352")
+
+    monkeypatch.setattr(exec_sink, "create_missing", then_dropped)
+    part = _partition(archiver, rows(3, step=timedelta(hours=1)))
+    assert write_partition(job, 0, part) == (0, 0, False, [473_352])
+    assert len(table_rows(archiver)) == 0
+    monkeypatch.undo()
+    archiver.ensure_chunks("metrics", [473_352])  # what the driver's fallback does
+    assert write_partition(job, 0, part) == (3, 0, False, [])
+    archiver.commit_parts("metrics", 1)
+    assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 1, 473_353: 1, 473_354: 1}
