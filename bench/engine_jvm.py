@@ -41,6 +41,7 @@ from pathlib import Path
 
 import psutil
 
+from bench.cpu_share import CLASSES, CpuShare
 from bench.engine_e2e import OPEN_STATES, Bench, jvm_rss, memory_growth, pct
 from bench.report import RESULTS, exit_code, publish, target
 
@@ -160,16 +161,22 @@ def batch_stats(query, warm_ms: int) -> dict:
 
 def measure(b: Bench, config: str, rate: int, seconds: float, warm: float) -> dict:
     run = Run(b, config, rate)
+    cpu, used = None, None
     try:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        t0 = time.monotonic()
+        while time.monotonic() < t0 + seconds:
             run.check()
+            if cpu is None and time.monotonic() - t0 >= warm:
+                cpu = CpuShare().start()
             time.sleep(0.5)
         run.check()
+        used = cpu.stop() if cpu is not None else None
         per_query = {q.name: batch_stats(q, int(warm * 1000)) for q in run.queries}
         alerts = sum(f.events_seen for f in run.engine.deploy.flows.values()) if run.engine else None
         live = run.engine.live_status() if run.engine else None
     finally:
+        if cpu is not None and used is None:
+            cpu.stop()
         run.stop()
         # the run's archive goes before the next rate starts: tens of millions of rows left
         # behind would have PostgreSQL's autovacuum working through them during later runs
@@ -181,7 +188,7 @@ def measure(b: Bench, config: str, rate: int, seconds: float, warm: float) -> di
     if live and live["event_queries"]:
         print(f"{'':>12}driver seconds per phase: {live['event_queries']}; waits {live['archive_waits']}", flush=True)
     return {"config": config, "rate": rate, "sustained": ok, "alerts": alerts, "queries": per_query,
-            "live": live}
+            "live": live, "cpu": used}
 
 
 def capacities(b: Bench, configs: list[str], start: int, seconds: float, warm: float, limit: int,
@@ -427,6 +434,39 @@ def _ceiling_share(data: dict, plain: int) -> str:
             f"{busy:.0%} of its trigger interval, p90, at {top['rate']:,} rows/s).")
 
 
+CPU_LABELS = {"jvm": "Spark JVM", "postgres": "PostgreSQL", "python_workers": "Python workers", "driver": "driver"}
+
+
+def cpu_table(data: dict) -> list[str]:
+    """Markdown rows: each configuration's CPU per million source rows at its highest
+    sustained rate (runs measured before CPU sampling existed have none).
+
+    >>> run = {"rate": 1000, "sustained": True, "queries": {"plain": {"input_rows": 2_000_000}},
+    ...        "cpu": {"seconds": 30.0, "cores": 2, "busy": 45.0, "jvm": 30.0, "postgres": 0.0,
+    ...                "python_workers": 0.0, "driver": 13.0, "other": 2.0}}
+    >>> cpu_table({"capacity": {"plain": {"sustained_rows_per_s": 1000, "runs": [run]}}})
+    ['| plain | 1,000 | 15.00 | 0.00 | 0.00 | 6.50 | 1.00 | 22.50 | 25% |']
+    """
+    out = []
+    for cfg in CONFIGS:
+        c = data["capacity"].get(cfg)
+        runs = [r for r in (c or {}).get("runs", []) if r["sustained"] and r.get("cpu")
+                and r["rate"] == c["sustained_rows_per_s"]]
+        if not runs:
+            continue
+        r = runs[-1]
+        source = "plain" if cfg == "plain" else "archive_metrics"
+        rows = r["queries"].get(source, {}).get("input_rows") or 0
+        if not rows:
+            continue
+        per = 1e6 / rows
+        cpu = r["cpu"]
+        idle = 1 - cpu["busy"] / (cpu["seconds"] * cpu["cores"])
+        cells = [f"{cpu[k] * per:.2f}" for k in (*CLASSES, "other")] + [f"{cpu['busy'] * per:.2f}", f"{idle:.0%}"]
+        out.append(f"| {cfg} | {r['rate']:,} | " + " | ".join(cells) + " |")
+    return out
+
+
 def markdown(data: dict) -> str:
     lines = [f"## Engine on a JVM source (`bench/engine_jvm.py`{' --quick' if data['quick'] else ''})", ""]
     if "capacity" in data:
@@ -449,6 +489,13 @@ def markdown(data: dict) -> str:
                       f"encoded beforehand, COPYed by {ceil['connections']} connections at once into a table without "
                       f"indexes: **{ceil['rows_per_s']:,} rows/s** ({ceil['seconds']:g} s). The archive keeps "
                       f"{arch / ceil['rows_per_s']:.2f} of it." + (" " + _ceiling_share(data, plain) if plain else "")]
+        cpu_rows = cpu_table(data)
+        if cpu_rows:
+            lines += ["", "Where the CPU went, at each configuration's highest sustained rate (core-seconds per "
+                      "million source rows, after the warm-up; `other`: what the machine spent outside the "
+                      "processes sampled once a second, e.g. PostgreSQL connections that came and went):", "",
+                      "| configuration | rows/s | " + " | ".join(CPU_LABELS[c] for c in CLASSES)
+                      + " | other | total | machine idle |", "|---" * (len(CLASSES) + 5) + "|", *cpu_rows]
         phases = [(cfg, r) for cfg in CONFIGS for r in data["capacity"].get(cfg, {}).get("runs", [])[:1]
                   if r.get("live") and r["live"].get("event_queries")]
         if phases:

@@ -4,6 +4,7 @@ at-a-glance table is generated from the JSON results (full runs over quick ones)
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -91,7 +92,24 @@ def test_engine_jvm_examples_run():
     from bench import engine_jvm
 
     result = doctest.testmod(engine_jvm)
-    assert result.attempted >= 3 and result.failed == 0
+    assert result.attempted >= 5 and result.failed == 0
+
+
+def test_cpu_share_examples_run_and_it_counts_this_process():
+    """bench.cpu_share classifies the processes it samples (docstring examples) and
+    finds a second of this process's own CPU work under ``driver``."""
+    import doctest
+
+    from bench import cpu_share
+
+    result = doctest.testmod(cpu_share)
+    assert result.attempted >= 5 and result.failed == 0
+    share = cpu_share.CpuShare(interval_s=0.2).start()
+    t0 = time.process_time()
+    while time.process_time() - t0 < 1.0:
+        pass
+    used = share.stop()
+    assert 0.8 <= used["driver"] <= used["busy"] + 0.2, used
 
 
 def test_a_figure_without_a_goal_is_reported_not_unresolved(results):

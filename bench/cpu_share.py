@@ -1,0 +1,107 @@
+"""Where a benchmark run's CPU goes, by process: the Spark JVM, PostgreSQL's server
+processes, Spark's Python workers and the driver (this process).
+
+:class:`CpuShare` samples every process once a second in a thread and sums each one's
+user + system CPU time since the previous sample into its class, beside the machine's
+own busy time (all cores). A process that starts and ends between two samples is not
+seen (a short-lived PostgreSQL backend, say), and one that starts between samples is
+counted whole from its first: the machine's busy time minus the sum of the classes is
+reported as ``other``, so nothing is hidden.
+
+>>> classify("java", ["java", "-cp", "spark/jars/*", "org.apache.spark.deploy.SparkSubmit"], False)
+'jvm'
+>>> classify("postgres", ["postgres: moirae moirae [local] COPY"], False)
+'postgres'
+>>> classify("python3.11", ["python", "-m", "pyspark.daemon"], False)
+'python_workers'
+>>> classify("python3.11", ["python", "-m", "bench.engine_jvm"], True)
+'driver'
+>>> classify("bash", ["bash"], False) is None
+True
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+
+CLASSES = ("jvm", "postgres", "python_workers", "driver")
+
+
+def classify(name: str, cmdline: list[str], is_self: bool) -> str | None:
+    """The class of a process from its name and command line (None: not counted)."""
+    if is_self:
+        return "driver"
+    if name.startswith("java"):
+        return "jvm"
+    if name.startswith("postgres") or (cmdline and cmdline[0].startswith("postgres")):
+        return "postgres"
+    if name.startswith("python") and any("pyspark" in part for part in cmdline):
+        return "python_workers"
+    return None
+
+
+class CpuShare:
+    """CPU seconds per process class between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self._seconds = dict.fromkeys(CLASSES, 0.0)
+        self._prev: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = self._busy0 = 0.0
+        self._since: float | None = None  # wall clock of start(): processes created later count whole
+
+    def start(self) -> CpuShare:
+        self._sample()  # the baseline of every process alive now
+        self._t0, self._busy0, self._since = time.monotonic(), _busy(), time.time()
+        self._thread = threading.Thread(target=self._loop, name="cpu-share", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        """Core-seconds per class, the machine's busy core-seconds, the wall seconds and
+        the cores: ``{"seconds": .., "cores": .., "busy": .., "jvm": .., ..., "other": ..}``."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        wall, busy = time.monotonic() - self._t0, _busy() - self._busy0
+        out = {"seconds": round(wall, 1), "cores": psutil.cpu_count(), "busy": round(busy, 1),
+               **{k: round(v, 1) for k, v in self._seconds.items()}}
+        out["other"] = round(max(0.0, busy - sum(self._seconds.values())), 1)
+        return out
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        for p in psutil.process_iter(["name", "cmdline", "cpu_times", "create_time"]):
+            try:
+                info = p.info
+                times = info["cpu_times"]
+                if times is None:
+                    continue
+                used = times.user + times.system
+                known = self._prev.get(p.pid)
+                cls = known[0] if known else classify(info["name"] or "", info["cmdline"] or [], p.pid == me)
+            except (psutil.Error, TypeError):
+                continue
+            if cls is None:
+                continue
+            if known is not None and used >= known[1]:
+                self._seconds[cls] += used - known[1]
+            elif known is None and self._since is not None and (info["create_time"] or 0) >= self._since:
+                self._seconds[cls] += used  # born after start(): all of its time is in the window
+            self._prev[p.pid] = (cls, used)
+
+
+def _busy() -> float:
+    t = psutil.cpu_times()
+    return t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
