@@ -431,7 +431,28 @@ def _ceiling_share(data: dict, plain: int) -> str:
     return (f"At the target's rate ({'at least ' if data['capacity']['plain']['capped'] else ''}0.7 x "
             f"{plain:,} = {goal:,.0f} rows/s) the COPY by itself would keep this machine busy {share:.0%} of the "
             f"time, before Spark generates, hands over and encodes the rows (plain Spark alone used "
-            f"{busy:.0%} of its trigger interval, p90, at {top['rate']:,} rows/s).")
+            f"{busy:.0%} of its trigger interval, p90, at {top['rate']:,} rows/s)." + _pg_share(data, goal))
+
+
+def _pg_share(data: dict, goal: float) -> str:
+    """What PostgreSQL alone, at the per-row cost measured in this run's archive
+    configuration (steady state: WAL, checkpoints and all), would need at ``goal`` rows/s.
+
+    >>> run = {"rate": 10, "sustained": True, "queries": {"archive_metrics": {"input_rows": 1_000_000}},
+    ...        "cpu": {"postgres": 0.9, "cores": 2}}
+    >>> text = _pg_share({"capacity": {"archive": {"sustained_rows_per_s": 10, "runs": [run]}}}, 3_000_000)
+    >>> "spent 0.90 core-seconds per million rows" in text, "alone would take 2.7 of the 2 cores" in text
+    (True, True)
+    """
+    c = data["capacity"].get("archive", {})
+    runs = [r for r in c.get("runs", []) if r["sustained"] and r.get("cpu") and r["rate"] == c["sustained_rows_per_s"]]
+    rows = runs[-1]["queries"].get("archive_metrics", {}).get("input_rows") if runs else 0
+    if not rows:
+        return ""
+    per = runs[-1]["cpu"]["postgres"] * 1e6 / rows
+    return (f" In the archive configuration PostgreSQL itself spent {per:.2f} core-seconds per million rows archived "
+            f"(steady state, its WAL and checkpoints included): at the target's rate that alone would take "
+            f"{goal * per / 1e6:.1f} of the {runs[-1]['cpu']['cores']} cores.")
 
 
 CPU_LABELS = {"jvm": "Spark JVM", "postgres": "PostgreSQL", "python_workers": "Python workers", "driver": "driver"}
