@@ -462,15 +462,25 @@ def _pg_share(data: dict, goal: float) -> str:
     >>> "spent 0.90 core-seconds per million rows" in text, "alone would take 2.7 of the 2 cores" in text
     (True, True)
     """
-    c = data["capacity"].get("archive", {})
-    runs = [r for r in c.get("runs", []) if r["sustained"] and r.get("cpu") and r["rate"] == c["sustained_rows_per_s"]]
-    rows = runs[-1]["queries"].get("archive_metrics", {}).get("input_rows") if runs else 0
+    run, rows = _at_capacity(data, "archive")
     if not rows:
         return ""
-    per = runs[-1]["cpu"]["postgres"] * 1e6 / rows
+    per = run["cpu"]["postgres"] * 1e6 / rows
     return (f" In the archive configuration PostgreSQL itself spent {per:.2f} core-seconds per million rows archived "
             f"(steady state, its WAL and checkpoints included): at the target's rate that alone would take "
-            f"{goal * per / 1e6:.1f} of the {runs[-1]['cpu']['cores']} cores.")
+            f"{goal * per / 1e6:.1f} of the {run['cpu']['cores']} cores.")
+
+
+def _at_capacity(data: dict, cfg: str) -> tuple[dict | None, int]:
+    """The configuration's run at its highest sustained rate that has CPU figures (runs
+    measured before CPU sampling existed have none), and the source rows it read after
+    the warm-up (0 if none)."""
+    c = data["capacity"].get(cfg) or {}
+    runs = [r for r in c.get("runs", []) if r["sustained"] and r.get("cpu") and r["rate"] == c["sustained_rows_per_s"]]
+    if not runs:
+        return None, 0
+    source = "plain" if cfg == "plain" else "archive_metrics"
+    return runs[-1], runs[-1]["queries"].get(source, {}).get("input_rows") or 0
 
 
 CPU_LABELS = {"jvm": "Spark JVM", "postgres": "PostgreSQL", "python_workers": "Python workers", "driver": "driver"}
@@ -488,14 +498,7 @@ def cpu_table(data: dict) -> list[str]:
     """
     out = []
     for cfg in CONFIGS:
-        c = data["capacity"].get(cfg)
-        runs = [r for r in (c or {}).get("runs", []) if r["sustained"] and r.get("cpu")
-                and r["rate"] == c["sustained_rows_per_s"]]
-        if not runs:
-            continue
-        r = runs[-1]
-        source = "plain" if cfg == "plain" else "archive_metrics"
-        rows = r["queries"].get(source, {}).get("input_rows") or 0
+        r, rows = _at_capacity(data, cfg)
         if not rows:
             continue
         per = 1e6 / rows
@@ -548,12 +551,13 @@ def markdown(data: dict) -> str:
     if "soak" in data:
         s = data["soak"]
         w = s["samples"]
+        first, last = soak_batches(s)
         lines += ["", f"Soak: full engine at {s['rate']:,} rows/s for {s['minutes']:g} min, {s['alerts']} alerts; "
                   f"RSS growth after the first third (median of its second half vs its first): driver {s['growth_pct']['driver_rss_mb']} %, JVM "
                   f"{s['growth_pct']['jvm_rss_mb']} %, total {s['growth_pct']['total_rss']} %; peak open tasks "
                   f"{max(x['open_tasks'] for x in w)}, peak present rows {max(x['present_rows'] for x in w):,}; "
                   f"bounded: {s['bounded']}. Slowest query's latest batch, median of the first and of the last "
-                  f"third of the samples: {soak_batches(s)[0]:,.0f} ms and {soak_batches(s)[1]:,.0f} ms "
+                  f"third of the samples: {first:,.0f} ms and {last:,.0f} ms "
                   f"(trigger {data['trigger_s'] * 1000:,.0f} ms)."]
     return "\n".join(lines)
 
