@@ -66,6 +66,22 @@ def _copy_back(pg, cols, rows) -> list[tuple]:
         return cur.fetchall()
 
 
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=60))
+def test_rows_split_by_chunk_keep_every_row_once_in_its_chunk_and_order(chunk_of):
+    """The executor COPYs each chunk's rows into that chunk's partition (by_chunk): every
+    row lands in exactly one piece, the piece of its own chunk, in its original order."""
+    import numpy as np
+
+    from archive.exec_sink import by_chunk
+
+    table = pa.table({"row": list(range(len(chunk_of)))})
+    ids = sorted(set(chunk_of))
+    pieces = list(by_chunk(table, np.array(chunk_of, dtype=np.int64), ids))
+    assert [c for c, _ in pieces] == ids
+    for cid, rows in pieces:
+        assert rows.column("row").to_pylist() == [i for i, c in enumerate(chunk_of) if c == cid]
+
+
 @pytest.mark.postgres
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(_row, max_size=40))
