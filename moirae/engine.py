@@ -65,6 +65,7 @@ class Engine:
         self._sources: dict[str, _Source] = {}
         self._stop = threading.Event()
         self._maintenance: threading.Thread | None = None
+        self._maintaining = threading.Lock()  # one maintenance pass at a time (see maintain_once)
         self.started = False
         self._archived_upto: dict[str, datetime] = {}
         self._archived_cond = threading.Condition()
@@ -374,7 +375,15 @@ class Engine:
         ``min W_K - U`` over them; any other stream its own watermark (U = 0). An
         event-query's event stream follows its watermark, and its context streams too,
         less the longest archive wait and ``after`` of its context-queries (their rows
-        are written that long after the watermark passed their event)."""
+        are written that long after the watermark passed their event).
+
+        One pass at a time: :meth:`stop` waits 10 s for the background pass, then runs a
+        last one, which waits here for a background pass still running (an index build
+        of a large chunk) instead of racing it to the same chunks."""
+        with self._maintaining:
+            self._maintain_pass()
+
+    def _maintain_pass(self) -> None:
         horizons = self.deploy.horizons()
         for name in list(self._sources):
             h = horizons[name] if name in horizons else self.watermark(name)

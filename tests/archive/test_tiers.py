@@ -129,6 +129,39 @@ def test_a_revived_chunk_loses_its_similarity_index(archiver):
     assert sorted(store.chunk_ids()) == sorted(c for c in _tiers(archiver) if c != last)
 
 
+def test_two_passes_demoting_the_same_large_chunk_at_once_both_succeed(archiver):
+    """Two maintenance passes over one chunk at once (an engine's last pass beside its
+    background one still building the indexes, or two processes on one archive): the
+    indexes are built once and neither pass fails. ``CREATE INDEX IF NOT EXISTS`` alone
+    lets both find the index missing, and the second then fails on ``pg_class``; the
+    chunk's 200,000 rows keep the first build going while the second starts."""
+    import threading
+
+    archiver.append("metrics", 0, rows(200_000, step=timedelta(milliseconds=10), hosts=50))
+    assert len(_tiers(archiver)) == 1
+    other = make_archiver(archiver.db)
+    start = threading.Barrier(2)
+    errors: list[BaseException] = []
+    moves: list[list] = []
+
+    def demote(arch):
+        start.wait()
+        try:
+            moves.append(arch.demote(T0 + timedelta(hours=6)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=demote, args=(a,)) for a in (archiver, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    other.close()
+    assert errors == []
+    assert [len(m) for m in moves] == [1, 1]  # each pass found the chunk present and moved it
+    check_layout(archiver)
+
+
 def test_demote_rejects_naive_horizon(archiver):
     with pytest.raises(ValueError, match="timezone-aware"):
         archiver.demote(T0.replace(tzinfo=None))
