@@ -159,9 +159,12 @@ def main(argv=None) -> int:
         samples: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in ks} for lab in ("none", "half", "full")}
         trad: dict[int, list[float]] = {k: [] for k in ks}
         detail: dict[str, dict] = {}
-        # Layouts alternate over several rounds, so drift in a shared machine's load hits all three.
+        # Layouts alternate over several rounds, so drift in a shared machine's load hits all
+        # three; each round starts with the next layout, so no layout always runs after the
+        # same other one (which leaves the caches in its own state).
+        layouts = (("none", 0), ("half", half), ("full", n))
         for rnd in range(rounds):
-            for label, recent in (("none", 0), ("half", half), ("full", n)):
+            for label, recent in layouts[rnd % 3:] + layouts[:rnd % 3]:
                 t = time.perf_counter()
                 arch = layout(db, recent)
                 index_s = time.perf_counter() - t
@@ -205,7 +208,7 @@ def main(argv=None) -> int:
             f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded through the Archiver in {info['load_s']:.0f} s. "
             f"Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest chunk first, one "
             f"history-query per chunk, stopping at k; per point the median over {reps} sid values of the best of {best_of} runs, then the "
-            f"median over {rounds} rounds alternating the layouts; warm cache. Layouts are the "
+            f"median over {rounds} rounds rotating the layouts' order; warm cache. Layouts are the "
             f"Archiver's tiers: R = 0, R = {half} (newest half indexed) and R = {n}. The indexed half holds "
             f">= {inside_limit} matches per sid. Times in ms.\n\n"
             "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "

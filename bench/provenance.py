@@ -10,8 +10,9 @@ each configuration replays the same generated workload through the same queries:
 - ``ankn``: backward provenance + ANK-N from Spark operators (A 5.2).
 
 Throughput = input rows / wall time until every sink's query has drained the input
-(``availableNow``). After one discarded warm-up run, configurations are run in rotating
-order, ``--reps`` times each (3 by default), and the median is reported with a 95 %
+(``availableNow``). After one discarded warm-up run of each configuration (each has its
+own plans to compile: a single warm-up left the first repetition's no-provenance run a third
+slower than its others, 2026-11-24), configurations are run in rotating order, ``--reps`` times each (3 by default), and the median is reported with a 95 %
 confidence interval; the ANK-1 / backward ratio's interval comes from the paired
 per-repetition ratios (Student's t). The full size has >= 200,000 source rows per
 workload, in micro-batches of about 10,000 rows. Provenance latency is in multiples of U, per item kind (A fig. 15).
@@ -147,7 +148,8 @@ def main(argv=None) -> dict:
         per_file = -(-len(wl["rows"]) // wl["files"])
         workload.write_files(wl["rows"], directory, per_file)
         runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-        run_once(spark, wl, directory, "backward")  # warm-up (JIT, file listing, codegen), discarded
+        for config in CONFIGS:  # warm-up (JIT, file listing, each plan's codegen), discarded
+            run_once(spark, wl, directory, config)
         for rep in range(reps):
             order = CONFIGS[rep % 4:] + CONFIGS[:rep % 4]
             for config in order:
