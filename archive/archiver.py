@@ -29,6 +29,7 @@ from archive.catalog_sql import CATALOG_DDL
 from archive.copy import copy_csv, frame_to_csv
 from archive.exec_sink import PARTS_DDL
 from archive.ids import source_ids
+from archive.materialized import supersede
 from archive.names import partition_name, quote
 from archive.pg import Database
 from archive.present import PresentCache
@@ -185,7 +186,8 @@ class Archiver(ChunkStore):
 
     # -- the write path ----------------------------------------------------------------
 
-    def append(self, stream: str, batch_id: int, data: pd.DataFrame | pa.Table, bulk: bool = False) -> AppendResult:
+    def append(self, stream: str, batch_id: int, data: pd.DataFrame | pa.Table, bulk: bool = False,
+               key: str | None = None) -> AppendResult:
         """Archive one micro-batch exactly once.
 
         ``(stream, batch_id)`` is recorded in the same transaction as the rows, so a
@@ -193,18 +195,23 @@ class Archiver(ChunkStore):
         dead-letter table with a reason; late rows (whose chunk has left the present
         tier) are archived into their chunk and counted. ``bulk`` loads history: new
         chunks start in the old tier and are not mirrored in memory (call ``age()``).
+        ``key`` (a live event or context stream's event id) makes the batch's rows
+        supersede replica rows of the same key in their chunks
+        (:func:`archive.materialized.supersede`).
         """
         spec = self.stream(stream)
+        if key is not None and key not in spec.columns:
+            raise ValueError(f"append to {stream!r}: key {key!r} is not one of its columns {list(spec.columns)}")
         with self._stream_lock(stream):  # one writer per stream: the memory mirror follows commit order
             # a lost connection rolled the transaction back (or committed it, and the batch
             # log makes the retry a no-op): the whole append is retried through an outage
-            return self.db.retry(lambda: self._append(spec, batch_id, data, bulk), f"append to {stream!r}")
+            return self.db.retry(lambda: self._append(spec, batch_id, data, bulk, key), f"append to {stream!r}")
 
     def _stream_lock(self, stream: str) -> threading.Lock:
         with self._lock:
             return self._append_locks.setdefault(stream, threading.Lock())
 
-    def _append(self, spec: StreamSpec, batch_id: int, data, bulk: bool) -> AppendResult:
+    def _append(self, spec: StreamSpec, batch_id: int, data, bulk: bool, key: str | None) -> AppendResult:
         stream = spec.name
         frame = data.to_pandas(types_mapper=_NULLABLE.get) if isinstance(data, pa.Table) else data
         good, dead = split_batch(frame, spec.ts_col, spec.columns, stream)
@@ -231,8 +238,12 @@ class Archiver(ChunkStore):
             tiers_now = chunks.create_in(self, cur, spec, touched, bulk)
             late_per_chunk: dict[int, int] = {}
             rows_per_chunk: dict[int, int] = {}
+            superseded: dict[int, int] = {}
             whole: set[int] = set()
             if len(good):
+                if key is not None:
+                    keys = good[key].to_numpy()
+                    superseded = supersede(cur, stream, key, {c: keys[chunk_ids == c] for c in touched})
                 ids, counts = np.unique(chunk_ids, return_counts=True)
                 for cid, n in zip(ids.tolist(), counts.tolist(), strict=True):
                     rows_per_chunk[cid] = n
@@ -241,11 +252,12 @@ class Archiver(ChunkStore):
                 cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
                 types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
                 copy_csv(cur, stream, cols, frame_to_csv(good, types))
-                totals = execute_values(
+                totals = execute_values(  # the rows superseded leave the count
                     cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "
                     "FROM (VALUES %s) AS v(stream, cid, n, l) WHERE c.stream = v.stream AND c.chunk_id = v.cid "
                     "RETURNING c.chunk_id, c.rows",
-                    [(stream, cid, n, late_per_chunk.get(cid, 0)) for cid, n in rows_per_chunk.items()],
+                    [(stream, cid, n - superseded.get(cid, 0), late_per_chunk.get(cid, 0))
+                     for cid, n in rows_per_chunk.items()],
                     template="(%s, %s::bigint, %s::bigint, %s::bigint)", page_size=100_000, fetch=True)
                 # A present chunk whose rows are all in this batch can be mirrored whole.
                 whole = {cid for cid, total in totals if total == rows_per_chunk.get(cid)}
@@ -253,6 +265,8 @@ class Archiver(ChunkStore):
                 execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
                                [(stream, batch_id, json.dumps(d.row), d.reason) for d in dead])
         self._mirror(spec, good, chunk_ids, tiers_now, bulk, whole)
+        for cid in superseded:  # the mirror may hold the replica rows just deleted: reload from SQL
+            self.present.invalidate(stream, cid)
         simindex.invalidate(self, stream, rows_per_chunk)  # a chunk's similarity index is of its old rows
         newest = good[spec.ts_col].max().to_pydatetime() if len(good) else None
         return AppendResult(stream, batch_id, len(good), sum(late_per_chunk.values()), len(dead), False,

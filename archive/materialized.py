@@ -3,7 +3,8 @@ raw chunks, written so that re-running never duplicates them.
 
 A replica's rows carry ``_batch = MATERIALIZED`` (live micro-batches have ids >= 0).
 :func:`replace_materialization` swaps one chunk's replica rows for a new set in one
-transaction, skips rows whose key the live query already archived, and records the tag
+transaction, skips rows whose key the live query already archived (and a live batch
+deletes replica rows of the keys it writes, :func:`supersede`), and records the tag
 on the raw chunks it was computed from, in the chunk catalog. So a re-run replaces, an
 interrupted run leaves each chunk either wholly old or wholly new, and ``--resume``
 knows which raw chunks are done.
@@ -11,7 +12,7 @@ knows which raw chunks are done.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -56,7 +57,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
         good["_batch"] = np.int64(MATERIALIZED)
     part = quote(partition_name(stream, chunk_id))
     with arch._conn() as conn, conn.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stream, int(chunk_id) & 0x7FFFFFFF))
+        lock_chunk(cur, stream, chunk_id)
         exists = arch._has_partition(cur, stream, chunk_id)
         deleted = 0
         if exists:
@@ -79,6 +80,37 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
     arch.present.invalidate(stream, chunk_id)
     simindex.invalidate(arch, stream, [chunk_id])  # re-materialized: the chunk's similarity index is stale
     return len(good)
+
+
+def lock_chunk(cur, stream: str, chunk_id: int) -> None:
+    """Hold, until the transaction ends, the lock that orders a chunk's replica
+    replacement (:func:`replace_materialization`) against live writes of the same keys
+    (:func:`supersede`): whichever commits second sees the first's rows."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (stream, int(chunk_id) & 0x7FFFFFFF))
+
+
+def supersede(cur, stream: str, key: str, keys_per_chunk: Mapping[int, Iterable]) -> dict[int, int]:
+    """Delete, in a live batch's transaction, the replica rows of ``stream`` whose
+    ``key`` the batch writes into the same chunk; the rows deleted per chunk.
+
+    A replica of a chunk that is still growing (M 4.2: the replica task walks the present
+    tier too) can run before the live event-query emits an event it detected first, since
+    raw rows are archived before the watermark lets Spark emit their window. The live row
+    is the event, and it supersedes the replica's. With :func:`replace_materialization`
+    skipping keys the live query archived, each key is then stored once, whichever of the
+    two commits first. The chunks' locks are taken in ascending order.
+    """
+    deleted: dict[int, int] = {}
+    for cid in sorted(keys_per_chunk):
+        values = sorted({str(v) for v in keys_per_chunk[cid]})
+        if not values:
+            continue
+        lock_chunk(cur, stream, cid)
+        cur.execute(f"DELETE FROM {quote(partition_name(stream, cid))} WHERE _batch = %s AND {quote(key)}::text = ANY(%s)",
+                    (MATERIALIZED, values))
+        if cur.rowcount:
+            deleted[cid] = cur.rowcount
+    return deleted
 
 
 def tag_sources(arch, sources: Iterable[tuple[str, int]], tag: str) -> None:

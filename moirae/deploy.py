@@ -347,7 +347,7 @@ class DeployManager:
             for part_frame, batch_id, _replay, _started in batches:
                 part = cx if len(batches) == 1 else cx[cx[q.eid].isin(part_frame[q.eid])]
                 if len(part):
-                    self.engine.archiver.append(stream, batch_id, part)
+                    self.engine.archiver.append(stream, batch_id, part, key=q.eid)
             contexts[cq] = cx
         t2 = time.perf_counter()
         flow.seconds["contexts"] += t2 - t1

@@ -4,7 +4,8 @@ The event-query's function is applied to instrumented source streams (Ananke
 wrappers); its sink is one streaming query whose ``foreachBatch`` collects the batch's
 events with their provenance in one Spark job (Arrow), then:
 
-1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id);
+1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id; an
+   event the replica task materialized first is superseded, so stored once);
 2. feeds the sink tuples, their provenance and the sink watermark to ANK-1, which
    writes the live provenance graph and moves this query's expiry horizon
    ``W - U`` (A 5.1); with ``ananke.variant: ankn`` ANK-N (A 5.2) writes the graph
@@ -72,6 +73,7 @@ class EventFlow:
         self.ankn: AnkNSparkSink | None = None
         self.ankn_streaming = None
         self._ankn_wm: datetime | None = None  # the sink's last watermark seen (ANK-N)
+        self._emitted_wm: datetime | None = None  # the highest seen by emitted_below
         if provenance:
             self.graph = GraphStore(engine.db.connect, prefix=f"ank_{query.name}").create()
             if self.variant == "ankn":
@@ -101,6 +103,15 @@ class EventFlow:
             self.adapter.poll()
         with self.logic.lock:
             return self.logic.horizon()
+
+    def emitted_below(self) -> datetime | None:
+        """The event time below which this query's live sink has emitted every event it
+        will: the watermark its last micro-batch ran with (a window whose end is at or
+        below it left in that batch or before). None before its first batch with one."""
+        wm = progress_watermark(self.streaming.lastProgress) if self.streaming is not None else None
+        if wm is not None and wm.year > 1970 and (self._emitted_wm is None or wm > self._emitted_wm):
+            self._emitted_wm = wm
+        return self._emitted_wm
 
     def timings(self) -> dict[str, float]:
         """Driver seconds spent per phase of this query's batches (collect and ANK-1 from
@@ -140,7 +151,7 @@ class EventFlow:
     def _deliver(self, frame: pd.DataFrame, batch_id: int) -> None:
         """The batch's events (collected once, with their provenance when ANK-1 runs)."""
         t0 = time.perf_counter()
-        result = self.engine.archiver.append(self.stream, int(batch_id), frame)
+        result = self.engine.archiver.append(self.stream, int(batch_id), frame, key=self.query.eid)
         self.seconds["archive"] += time.perf_counter() - t0
         keep = storable_rows(frame)  # events with text PostgreSQL cannot hold are dead letters, not alerts
         if not keep.all():

@@ -119,7 +119,11 @@ def check_recovered(pg, run: KillRun) -> dict:
     events = query(pg, "SELECT eid, count(*) FROM ev_overload GROUP BY eid")
     start = run.live[0]["ts"].min()
     live_events = {e for e, in query(pg, f"SELECT eid FROM ev_overload WHERE ts >= '{start.isoformat()}'")}
-    assert live_events == sc.expected_events(pd.concat(run.live)) and {n for _, n in events} == {1}
+    expected = sc.expected_events(pd.concat(run.live))
+    assert live_events == expected, (f"live events missing {sorted(expected - live_events)}, "
+                                     f"unexpected {sorted(live_events - expected)}")
+    stored_twice = {e: n for e, n in events if n != 1}
+    assert not stored_twice, f"events stored more than once: {stored_twice}"
     dangling = query(pg, "SELECT count(*) FROM ank_overload_edge e WHERE NOT EXISTS "
                          "(SELECT 1 FROM metrics m WHERE m._sid = e.source_id)")[0][0]
     assert dangling == 0 and query(pg, "SELECT count(*) FROM ank_overload_edge")[0][0] > 0
