@@ -107,12 +107,15 @@ def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResul
     grid = unit_grid(engine, name)
     start, end = grid.bounds(min(unit_ids))[0], grid.bounds(max(unit_ids))[1]
     events = detect(engine, query, start, end, flow.U)
+    frontier = live_frontier(engine, name)
+    if frontier is not None and len(events):  # the live query's to emit, whole (see live_frontier)
+        events = events[events[query.ts] < frontier].reset_index(drop=True)
     ev_spec = arch.stream(flow.stream)
     outputs: list[tuple[str, pd.DataFrame, str | None]] = [(flow.stream, events, query.eid)]
     contexts = {}
     for cq in deploy.contexts.get(name, []):
         cx, _schema = compute_context(engine.spark, arch, cq, events, ev_spec, query.eid, query.ts)
-        outputs.append((context_stream(name, cq.name), cx, None))
+        outputs.append((context_stream(name, cq.name), cx, query.eid))  # a live event's context rows are its own
         contexts[cq] = cx
     deploy.on_materialized(name, events, contexts)
     chunks_of = {s: arch.chunks(s) for s in _streams(engine, name)}
@@ -138,6 +141,26 @@ def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResul
         simindex.ready(arch, stream, ids)
     per = (time.perf_counter() - t0) / max(1, len(out))
     return [ChunkResult(r.chunk_id, r.events, r.context_rows, per) for r in out]
+
+
+def live_frontier(engine, name: str) -> datetime | None:
+    """The event time from which the live event-query ``name``, not its replica, writes
+    the events: its sink's watermark (:meth:`moirae.live.EventFlow.emitted_below`), else
+    the lowest watermark of its running inputs; None when neither runs.
+
+    A replica reads a growing chunk in batch mode, where Spark emits every window, also
+    one whose rows are still arriving: its partial average can cross the threshold and
+    leave an event the live query never emits, or miss one it will. Below the frontier
+    every window is whole (late rows aside), and at or above it the live query emits the
+    event itself, superseding any replica row of the same key (M 4.2,
+    :func:`archive.materialized.supersede`).
+    """
+    flow = engine.deploy.flows.get(name)
+    wm = flow.emitted_below() if flow is not None else None
+    if wm is not None:
+        return wm
+    marks = [engine.watermark(s) for s in engine.deploy.event_queries[name].inputs]
+    return None if not marks or any(m is None for m in marks) else min(marks)
 
 
 def _chunk_of(frame: pd.DataFrame, ts: str, grid):
@@ -270,5 +293,5 @@ def replica_event(name: str) -> dict[str, Any]:
     return {"eid": f"materialize:{name}:{now.strftime('%Y%m%dT%H%M%S')}", "ts": now}
 
 
-__all__ = ["ReplicaOperator", "detect", "done_units", "event_stream", "materialize_chunk", "rematerialize",
-           "replica_event", "unit_grid"]
+__all__ = ["ReplicaOperator", "detect", "done_units", "event_stream", "live_frontier", "materialize_chunk",
+           "rematerialize", "replica_event", "unit_grid"]
