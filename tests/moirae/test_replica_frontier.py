@@ -8,7 +8,8 @@ overload. Between the two, the replica materializes the growing unit, as the eng
 low-priority task does at any time. In batch mode Spark emits the partial window as an
 overload the live query never reports; below the live query's watermark every window is
 whole, so the replica leaves the rest to the live query. In the end the event stream
-holds exactly the overloads of the whole input, each once.
+holds exactly the overloads of the whole input, each once, and the context stream each
+live event's context once, though the replica ran again after the live query wrote both.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ import pytest
 import scenario_small as sc
 from test_hybrid import make_engine
 
+from moirae.hybrid import context_stream
 from moirae.materialize import live_frontier, materialize_chunk, unit_grid
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
 PARTIAL_EID = "ov:s0:20240301041459"
+# the readings of the last minute before the event (6 rows)
+RECENT_SQL = ("SELECT e.eid, e.ts, m.ts AS at, m.bw FROM events e JOIN metrics m "
+              "ON m.sid = e.sid AND m.ts <= e.ts AND m.ts > e.ts - interval '1 minute'")
 
 
 def _readings(start: str, end: str, bw) -> pd.DataFrame:
@@ -60,6 +65,13 @@ def _stored(pg) -> dict[str, int]:
         return dict(cur.fetchall())
 
 
+def _context_rows(pg) -> dict[str, tuple[int, int]]:
+    """Per event: its context rows, and how many distinct readings they are."""
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT eid, count(*), count(DISTINCT at) FROM {context_stream('overload', 'recent')} GROUP BY eid")
+        return {e: (n, d) for e, n, d in cur.fetchall()}
+
+
 def test_a_replica_of_a_growing_chunk_leaves_partial_windows_to_the_live_query(spark, pg, tmp_path, monkeypatch):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -70,6 +82,7 @@ def test_a_replica_of_a_growing_chunk_leaves_partial_windows_to_the_live_query(s
     engine = make_engine(tmp_path, pg, monkeypatch, spark, folder)
     try:
         engine.event_query("overload", sc.overload, inputs=["metrics"])
+        engine.context_query("overload", RECENT_SQL, name="recent", window="1m")
         engine.start()
         _write(folder, "p0.csv", first)
         last = first["ts"].max().to_pydatetime()
@@ -84,10 +97,12 @@ def test_a_replica_of_a_growing_chunk_leaves_partial_windows_to_the_live_query(s
         materialize_chunk(engine, "overload", unit)  # the growing unit, mid-window
         assert PARTIAL_EID not in _stored(pg)
         _write(folder, "p1.csv", second)
-        sc.wait(lambda: set(_stored(pg)) >= want, what="the live overload")
-        materialize_chunk(engine, "overload", unit)  # again, once the live query emitted it
+        sc.wait(lambda: set(_stored(pg)) >= want and set(_context_rows(pg)) >= want,
+                what="the live overload and its context")
+        materialize_chunk(engine, "overload", unit)  # again, once the live query wrote both
     finally:
         engine.close()
     stored = _stored(pg)
     assert set(stored) == want
     assert set(stored.values()) == {1}
+    assert _context_rows(pg) == {e: (6, 6) for e in want}  # each reading once
