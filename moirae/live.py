@@ -72,7 +72,6 @@ class EventFlow:
         self.variant = engine.settings.ananke.variant if provenance else None
         self.ankn: AnkNSparkSink | None = None
         self.ankn_streaming = None
-        self._ankn_wm: datetime | None = None  # the sink's last watermark seen (ANK-N)
         self._emitted_wm: datetime | None = None  # the highest seen by emitted_below
         if provenance:
             self.graph = GraphStore(engine.db.connect, prefix=f"ank_{query.name}").create()
@@ -93,10 +92,9 @@ class EventFlow:
 
     def horizon(self) -> datetime | None:
         """This query's expiry horizon ``W - U`` (A 5.1), once it has a watermark."""
-        if self.ankn is not None:
-            wm = progress_watermark(self.streaming.lastProgress) if self.streaming is not None else None
-            self._ankn_wm = wm or self._ankn_wm
-            return None if self._ankn_wm is None else self._ankn_wm - self.U
+        if self.ankn is not None:  # ANK-N's state is Spark's: its horizon follows the sink's watermark
+            wm = self.emitted_below()
+            return None if wm is None else wm - self.U
         if self.logic is None:
             return None
         if self.adapter is not None:
