@@ -16,6 +16,7 @@ output of the Recall ``recall``, (d) its first similar past incident.
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -53,6 +54,19 @@ def window_close_wall(pairs: list[tuple[float, int]], ts_iso: str, lateness: tim
     end = datetime.fromisoformat(ts_iso.replace("Z", "+00:00")) + timedelta(microseconds=1)
     x_ns = (end + lateness).timestamp() * 1e9
     return round(max(w + (x_ns - t) / 1e9 / speedup for w, t in pairs), 6)
+
+
+def tick_wait(starts: list[float], close: float) -> float | None:
+    """Seconds from ``close`` to the first micro-batch start at or after it (``starts``
+    sorted, epoch s); None if no batch started after it.
+
+    >>> tick_wait([10.0, 11.0, 12.0], 10.25)
+    0.75
+    >>> tick_wait([10.0, 11.0], 11.0), tick_wait([10.0, 11.0], 11.5)
+    (0.0, None)
+    """
+    i = bisect.bisect_left(starts, close)
+    return round(starts[i] - close, 3) if i < len(starts) else None
 
 
 class AlertClock:
@@ -107,6 +121,21 @@ class AlertClock:
     def close_wall(self, ts_iso: str) -> float | None:
         """Wall time (epoch s) at which the window of the event at ``ts_iso`` closed."""
         return window_close_wall(list(self.pairs.values()), ts_iso, self.lateness, self.speedup)
+
+    def tick_waits(self, closed_after: float | None = None) -> list[float]:
+        """Per event, the seconds from its window's close to the next micro-batch start of
+        the event-query: the wait for the trigger's tick, which no engine work shortens.
+        It depends only on where in the trigger interval the window closes."""
+        starts = sorted(w for w, _ in self.pairs.values())
+        out = []
+        for rec in self.seen.values():
+            close = self.close_wall(rec["ts"])
+            if close is None or (closed_after is not None and close < closed_after):
+                continue
+            wait = tick_wait(starts, close)
+            if wait is not None:
+                out.append(wait)
+        return out
 
     def latencies(self, closed_after: float | None = None) -> dict[str, list[float]]:
         """Per stage, the seconds from each event's window close to the API showing it;
