@@ -484,6 +484,21 @@ def api_table(live: dict) -> str:
     return "\n".join(rows)
 
 
+def tick_note(live: dict, d: dict) -> str:
+    """What the (d) median holds besides the wait for the trigger tick: the target allows
+    a whole trigger for that wait, so it is met at every point of the tick only when the
+    rest fits in one trigger + 500 ms."""
+    w = live.get("tick_wait_steady_s") or {}
+    if w.get("median_s") is None or d.get("median_s") is None:
+        return ""
+    rest = round(d["median_s"] - w["median_s"], 3)
+    trig = live["trigger_s"]
+    return (f"{w['median_s']} s of it was the wait for the trigger tick, fixed by where the windows closed in that "
+            f"run; the rest, {rest} s, {'fits' if rest <= trig + 0.5 else 'does not fit'} in 1 trigger + 500 ms "
+            f"({trig + 0.5:g} s), so with the worst tick wait (1 trigger) the median would be about "
+            f"{round(rest + trig, 2)} s")
+
+
 def tick_line(live: dict) -> str:
     """The part of the latency that is the wait for the event-query's next trigger tick."""
     w = live.get("tick_wait_steady_s") or live.get("tick_wait_s")
@@ -615,7 +630,7 @@ def targets(data: dict) -> list[dict]:
                    f"{live.get('warmup_s', 0):g} s warm-up)",
                    f"<= {goal:g} s median", f"{d['median_s']} s median, {d['p99_s']} s p99 ({d['count']} alerts; "
                    f"with the warm-up: {whole['median_s']} s median, {whole['p99_s']} s p99, {whole['count']} alerts)",
-                   d["median_s"] is not None and d["median_s"] <= goal),
+                   d["median_s"] is not None and d["median_s"] <= goal, tick_note(live, d)),
             target("alert to first history, from detection (engine's own clock)", f"<= {live['target_median_s']} s median",
                    f"{lat} s", bool(live["meets_target"])),
             target("live throughput, full engine vs plain Spark (scenario's Python source)", ">= 0.7x",
