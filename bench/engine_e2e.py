@@ -217,6 +217,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
     total = memory_growth(warm, lambda x: x["driver_rss_mb"] + x["jvm_rss_mb"])
     mem["total_rss_mb"] = {"median_first_half": round(total[1], 1), "median_second_half": round(total[2], 1),
                            "growth_pct": total[0]}
+    waits_all = clock.tick_waits()
     engine_lat = list(engine.deploy.alert_latencies)
     norm, similar = bus.latencies("norm"), bus.latencies("similar")
     target = 2 * trigger + 0.2
@@ -226,8 +227,9 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
             "window_close_to_api_steady": {k: {**stats(v), "p99_s": pct(v, 0.99)} for k, v in steady.items()},
             "warmup_s": warmup_s,
             "window_close_to_api_target_s": 2 * trigger + 0.5, "api_errors": clock.errors,
-            "tick_wait_s": {**stats(clock.tick_waits()), "p99_s": pct(clock.tick_waits(), 0.99)},
+            "tick_wait_s": {**stats(waits_all), "p99_s": pct(waits_all, 0.99)},
             "tick_wait_steady_s": stats(clock.tick_waits(closed_after=live_start + warmup_s)),
+            "speedup": float(cfg.live.speedup),
             "api_alerts": len(clock.seen), "archive_waits": waits, "batch_ms": batches,
             "event_query_phase_s": status["event_queries"], "event_worker": status["event_worker"],
             "alerts": len(bus.alert), "engine_detect_to_first_history": stats(engine_lat),
@@ -241,6 +243,7 @@ def live_run(b: Bench, path: Path, minutes: float, sample_s: float, trigger_s: f
                                        for s in samples]}
 
 
+WINDOW_S = 300.0  # the scenario event-query's tumbling window (5 minutes of scenario time)
 WARMUP_S = 30.0  # events whose window closed this soon after the live start are the warm-up
 
 
@@ -504,11 +507,16 @@ def tick_line(live: dict) -> str:
     w = live.get("tick_wait_steady_s") or live.get("tick_wait_s")
     if not w or not w.get("count"):
         return ""
-    return (f"Of these, the wait from the window's close to the event-query's next trigger tick (no engine work "
-            f"shortens it) was {w['median_s']} s median ({w['min_s']}-{w['max_s']} s, after the warm-up). At 300x a "
-            f"5-minute window lasts exactly one 1 s trigger, so every window closes at the same point of the tick "
-            f"and this wait is fixed within a run and differs between runs (0-1 s); what the engine adds comes after "
-            f"that tick.")
+    line = (f"Of these, the wait from the window's close to the event-query's next trigger tick (no engine work "
+            f"shortens it) was {w['median_s']} s median ({w['min_s']}-{w['max_s']} s, after the warm-up).")
+    speedup, trig = live.get("speedup"), live["trigger_s"]
+    if speedup:
+        per = WINDOW_S / speedup / trig  # triggers per 5-minute window, in wall time
+        line += (f" At {speedup:g}x a 5-minute window lasts {per:g} trigger(s) of {trig:g} s"
+                 + (", a whole number, so every window closes at the same point of the tick and this wait is fixed "
+                    f"within a run and differs between runs (0-{trig:g} s)." if abs(per - round(per)) < 1e-9
+                    else ", so windows close at changing points of the tick."))
+    return line + " What the engine adds comes after that tick."
 
 
 def markdown(live: dict, tp: dict, quick: bool) -> str:
