@@ -18,10 +18,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import psycopg2
 import pyarrow as pa
 from psycopg2.extras import execute_values
-from psycopg2.pool import ThreadedConnectionPool
 
 from archive import chunks, history, simindex, tiers
 from archive.abc import AppendResult, ChunkGrid, ChunkInfo, ChunkStore, HistoryQuery, Tier, UnknownStream
@@ -62,7 +60,6 @@ class Archiver(ChunkStore):
         self.settings = settings or ArchiveSettings()
         self.grid = ChunkGrid(self.settings.chunk_span)
         self.present = PresentCache(self.settings.present_cache_rows)
-        self._pool = ThreadedConnectionPool(1, 8, db.dsn, options=_options(db))
         self._lock = threading.RLock()
         self._append_locks: dict[str, threading.Lock] = {}
         with self._conn() as conn, conn.cursor() as cur:
@@ -79,39 +76,16 @@ class Archiver(ChunkStore):
 
     @contextmanager
     def _conn(self):
-        """A pooled connection inside one transaction (committed on success). A pooled
-        connection the server dropped (a restart) is replaced, with backoff while the
-        server is away (:meth:`Database.retry`)."""
-        conn = self.db.retry(self._live_conn, "archive connection")
-        try:
-            conn.autocommit = False
+        """A pooled connection inside one transaction, committed on success
+        (:meth:`archive.pg.Database.connection`)."""
+        with self.db.connection(autocommit=False) as conn:
             yield conn
-            conn.commit()
-        except BaseException:
-            if not conn.closed:
-                conn.rollback()
-            raise
-        finally:
-            self._pool.putconn(conn, close=bool(conn.closed))
-
-    def _live_conn(self):
-        conn = self._pool.getconn()
-        try:
-            if conn.closed:
-                raise psycopg2.InterfaceError("pooled connection already closed")
-            conn.autocommit = True
-            with conn.cursor() as cur:
-                cur.execute("SELECT 1")
-            return conn
-        except BaseException:
-            self._pool.putconn(conn, close=True)
-            raise
 
     def connect(self):
         return self.db.connect()
 
     def close(self) -> None:
-        self._pool.closeall()
+        self.db.close()
 
     # -- registry ----------------------------------------------------------------------
 
@@ -487,10 +461,6 @@ _NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float6
 def _safe_row(row: Mapping[str, Any]) -> dict:
     """A dead letter's row with text PostgreSQL cannot hold spelled as escapes."""
     return {storable(str(k)): storable(v) if isinstance(v, str) else v for k, v in row.items()}
-
-
-def _options(db: Database) -> str | None:
-    return f"-c search_path={db.schema},public" if db.schema else None
 
 
 def _describe(spec: StreamSpec) -> str:

@@ -24,14 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import psycopg2
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from archive.history import HistoryQueryCancelled, HistoryQueryFailed, HistoryQueryTimeout
+from archive.history import read_only_errors
 from archive.names import quote
-from archive.pg import is_connection_lost
 
 TS_US = "_ts_us"
 
@@ -73,36 +71,19 @@ def copy_reads(archiver, reads: Sequence[Read], chunk_id: int, grid_streams: Ite
     \\v) inside a value with a backslash, which the fast reader does not undo; a
     stream whose bytes hold any backslash other than that of a ``\\N`` (NULL) is read
     again as CSV (exact for every value), as is one whose times do not parse."""
+    if conn is None:  # a pooled connection (archive.pool)
+        with archiver.db.connection() as own:
+            return copy_reads(archiver, reads, chunk_id, grid_streams, own, timeout_ms)
     grid = archiver.grid_for(list(grid_streams))
     lo, hi = grid.bounds(chunk_id)
     timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
-    own = conn is None
-    conn = conn or archiver.connect()
     out: list[pa.Table] = []
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            what = ", ".join(r.stream for r in reads)
-            try:
-                cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %s", (timeout,))
-                for r in reads:
-                    out.append(_read(archiver, cur, r, lo, hi))
-            except psycopg2.errors.QueryCanceled as exc:
-                cur.execute("ROLLBACK")
-                if "timeout" in str(exc):
-                    raise HistoryQueryTimeout(f"read of {what} chunk {chunk_id} exceeded {timeout} ms") from None
-                raise HistoryQueryCancelled(f"read of {what} chunk {chunk_id} was cancelled") from None
-            except psycopg2.Error as exc:
-                if is_connection_lost(exc):
-                    raise
-                if not conn.closed:
-                    cur.execute("ROLLBACK")
-                msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
-                raise HistoryQueryFailed(f"read of {what} chunk {chunk_id} failed: {msg}") from None
-            cur.execute("ROLLBACK")
-    finally:
-        if own:
-            conn.close()
+    conn.autocommit = True
+    what = f"read of {', '.join(r.stream for r in reads)} chunk {chunk_id}"
+    with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms"):
+        cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %s", (timeout,))
+        for r in reads:
+            out.append(_read(archiver, cur, r, lo, hi))
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pandas as pd
@@ -161,39 +162,44 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
     return pd.DataFrame(rows, columns=names)
 
 
+@contextmanager
+def read_only_errors(conn, cur, what: str, timeout_message: str):
+    """The body runs a read-only transaction on ``cur``; it ends with ROLLBACK (nothing
+    to commit), and PostgreSQL's errors become the history-query errors naming ``what``.
+    A lost connection passes through: the caller's retry reconnects (archive.pg)."""
+    try:
+        yield
+    except psycopg2.errors.QueryCanceled as exc:
+        cur.execute("ROLLBACK")
+        if "timeout" in str(exc):
+            raise HistoryQueryTimeout(timeout_message) from None
+        raise HistoryQueryCancelled(f"{what} was cancelled") from None
+    except psycopg2.Error as exc:
+        if is_connection_lost(exc):
+            raise
+        if not conn.closed:
+            cur.execute("ROLLBACK")
+        msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
+        raise HistoryQueryFailed(f"{what} failed: {msg}") from None
+    cur.execute("ROLLBACK")
+
+
 def read_only(archiver, text: str, bound: Mapping[str, Any], what: str, template: str, conn: Any = None,
               timeout_ms: int | None = None) -> tuple[list[str], list[int], list[tuple]]:
     """Run rendered ``text`` with ``bound`` parameters in a READ ONLY transaction under a
     statement timeout; returns the column names, their PostgreSQL type OIDs and the rows.
     Errors name ``what`` (and ``template`` on a timeout)."""
+    if conn is None:  # a pooled connection (archive.pool): no server process started per query
+        with archiver.db.connection() as own:
+            return read_only(archiver, text, bound, what, template, own, timeout_ms)
     timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
-    own = conn is None
-    conn = conn or archiver.connect()
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
-            try:
-                # one round trip for BEGIN, the timeout and the query (PostgreSQL >= 13 applies
-                # statement_timeout per statement of a multi-statement message)
-                cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
-                            + text, {**bound, "__moirae_timeout": timeout})
-                names = [d.name for d in cur.description]
-                types = [d.type_code for d in cur.description]
-                rows = cur.fetchall()
-            except psycopg2.errors.QueryCanceled as exc:
-                cur.execute("ROLLBACK")
-                if "timeout" in str(exc):
-                    raise HistoryQueryTimeout(f"{what} exceeded {timeout} ms: {template!r}") from None
-                raise HistoryQueryCancelled(f"{what} was cancelled") from None
-            except psycopg2.Error as exc:
-                if is_connection_lost(exc):
-                    raise  # the server went away: the caller's retry reconnects (archive.pg)
-                if not conn.closed:
-                    cur.execute("ROLLBACK")
-                msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
-                raise HistoryQueryFailed(f"{what} failed: {msg}") from None
-            cur.execute("ROLLBACK")  # read-only: nothing to commit
-        return names, types, rows
-    finally:
-        if own:
-            conn.close()
+    conn.autocommit = True
+    with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms: {template!r}"):
+        # one round trip for BEGIN, the timeout and the query (PostgreSQL >= 13 applies
+        # statement_timeout per statement of a multi-statement message)
+        cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
+                    + text, {**bound, "__moirae_timeout": timeout})
+        names = [d.name for d in cur.description]
+        types = [d.type_code for d in cur.description]
+        rows = cur.fetchall()
+    return names, types, rows

@@ -8,6 +8,7 @@ share one server without seeing each other's tables.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 import psycopg2
 import psycopg2.extensions
 
+from archive.pool import IdlePool
 from scheduler.errors import MoiraeError
 
 ENV_DSN = "MOIRAE_PG_DSN"
@@ -130,7 +132,9 @@ class Database:
     """A DSN plus an optional schema. Connections are plain psycopg2 connections.
 
     ``schema`` (if given) is created on first use and put first on the search path of
-    every connection, so unqualified table names land there.
+    every connection, so unqualified table names land there. :meth:`connection` reuses
+    connections that ended their work cleanly (:mod:`archive.pool`); :meth:`connect`
+    always opens a new one, for a caller that keeps it.
     """
 
     def __init__(self, dsn: str, schema: str | None = None, retry_seconds: float | None = None) -> None:
@@ -142,6 +146,9 @@ class Database:
                                    if retry_seconds is None else retry_seconds)
         self.health = health(dsn)
         self._reached = False  # before the first answer an unreachable server is an error, not an outage
+        # the pools' connect must not hold self: a Database nobody holds is freed at once,
+        # and its idle connections close with it (no cycle waiting for the collector)
+        self._pools = {flag: IdlePool(functools.partial(_open, dsn, schema if flag else None)) for flag in (True, False)}
         if schema is not None:
             with self.connection(search_path=False) as conn, conn.cursor() as cur:
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
@@ -220,35 +227,52 @@ class Database:
         return self.retry(lambda: self._connect_once(search_path, **kwargs), "connect")
 
     def _connect_once(self, search_path: bool = True, **kwargs) -> psycopg2.extensions.connection:
-        options = kwargs.pop("options", "")
-        if search_path and self.schema:
-            options = f"{options} -c search_path={self.schema},public".strip()
-        try:
-            return psycopg2.connect(self.dsn, options=options or None, **kwargs)
-        except psycopg2.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {_redact(self.dsn)}: {exc}".strip()) from exc
+        return _open(self.dsn, self.schema if search_path else None, **kwargs)
 
     @contextmanager
     def connection(self, search_path: bool = True, autocommit: bool = True):
-        """A short-lived connection, committed on success and closed on exit."""
-        conn = self.connect(search_path=search_path)
-        conn.autocommit = autocommit
+        """A connection for one unit of work, committed on success (``autocommit=False``).
+        It comes from the idle pool or is new, retried with backoff while the server is
+        unreachable; after success it goes back to the pool, after an error it is closed
+        (its transaction rolls back with it)."""
+        pool = self._pools[search_path]
+        conn = self.retry(pool.get, "connect")
+        ok = False
         try:
+            conn.autocommit = autocommit
             yield conn
             if not autocommit:
                 conn.commit()
-        except BaseException:
-            if not autocommit:
-                conn.rollback()
-            raise
+            ok = True
         finally:
-            conn.close()
+            pool.put(conn, reuse=ok)
+
+    def connections_made(self) -> int:
+        """How many connections :meth:`connection` has opened (reused ones not counted)."""
+        return sum(p.made for p in self._pools.values())
+
+    def close(self) -> None:
+        """Close the idle connections. The database stays usable: the next unit of work
+        connects anew."""
+        for pool in self._pools.values():
+            pool.close()
 
     def drop_schema(self) -> None:
         """Drop this database's schema and everything in it (tests and benchmarks)."""
         if self.schema:
             with self.connection(search_path=False) as conn, conn.cursor() as cur:
                 cur.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def _open(dsn: str, schema: str | None, **kwargs) -> psycopg2.extensions.connection:
+    """A new connection, with ``schema`` first on its search path when given."""
+    options = kwargs.pop("options", "")
+    if schema:
+        options = f"{options} -c search_path={schema},public".strip()
+    try:
+        return psycopg2.connect(dsn, options=options or None, **kwargs)
+    except psycopg2.OperationalError as exc:
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {_redact(dsn)}: {exc}".strip()) from exc
 
 
 def _one_line(exc: BaseException) -> str:

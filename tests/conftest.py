@@ -58,6 +58,7 @@ def pg(pg_dsn) -> Database:
     db = Database(pg_dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
     yield db
     db.drop_schema()
+    db.close()
 
 
 @pytest.fixture(scope="session")

@@ -28,3 +28,4 @@ def private_db(private_pg):
         db.drop_schema()
     except Exception:
         pass
+    db.close()
