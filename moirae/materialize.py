@@ -35,6 +35,7 @@ from archive.materialized import materialized_chunks, replace_materialization, t
 from archive.spark_sink import to_spark
 from moirae.context import compute_context
 from moirae.hybrid import EventQuery, QueryDefinitionError, context_stream, event_stream
+from moirae.unit_inputs import unit_inputs
 from recall.api import EndReason, Interval, Output, TaskSpec
 
 ONE_US = timedelta(microseconds=1)
@@ -106,6 +107,7 @@ def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResul
     flow = deploy.flows[name]
     grid = unit_grid(engine, name)
     start, end = grid.bounds(min(unit_ids))[0], grid.bounds(max(unit_ids))[1]
+    read_from = unit_inputs(engine, name, unit_ids, grid)  # before the reads: a row arriving later is news
     events = detect(engine, query, start, end, flow.U)
     frontier = live_frontier(engine, name)
     if frontier is not None and len(events):  # the live query's to emit, whole (see live_frontier)
@@ -136,6 +138,7 @@ def materialize_range(engine, name: str, unit_ids: list[int]) -> list[ChunkResul
                 written[i] += replace_materialization(arch, stream, cid, part, key, [], tag_of(name))
                 replaced[stream].add(cid)
         tag_sources(arch, [(s, c) for s in query.inputs for c in _within(chunks_of, s, lo, hi)], tag_of(name))
+        deploy.units.record(name, uid, read_from[uid])
         out.append(ChunkResult(uid, written[0], sum(written[1:]), 0.0))
     for stream, ids in replaced.items():  # their Similarity Recall indexes are built in the background
         simindex.ready(arch, stream, ids)
@@ -280,6 +283,9 @@ class ReplicaOperator:
         growing = any(c.tier is Tier.PRESENT for s in inputs for c in arch.chunks(s) if lo <= c.start < hi)
         if not growing and uid in done_units(self.engine, self.event):
             return []  # a sealed unit materialized before (e.g. by an earlier run)
+        if growing and self.engine.deploy.units.unchanged(self.event, uid,
+                                                          unit_inputs(self.engine, self.event, [uid], grid)[uid]):
+            return []  # materialized from the rows it holds now (moirae.unit_inputs)
         materialize_chunk(self.engine, self.event, uid)
         state.chunks.append(uid)
         return []
