@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from moirae.hadoop_fs import local_fs_config
 from scheduler.errors import MoiraeError
 
 
@@ -152,6 +153,8 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
         .config("spark.driver.extraJavaOptions", f"-Xss16m -Xms{heap}" + (_log4j_options(log_file) if log_file else ""))
     )
     for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    for key, value in local_fs_config(master, extra or {}).items():  # no chmod process per file (moirae.hadoop_fs)
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
