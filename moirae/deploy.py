@@ -26,7 +26,7 @@ import pandas as pd
 from archive.spark_sink import spark_schema, spec_from_spark_schema
 from archive.streams import StreamSpec
 from moirae import context_sql
-from moirae.context import compute_context, context_tuples
+from moirae.context import ContextRunner, compute_context, context_tuples
 from moirae.event_worker import EventWorker, unlogged_events
 from moirae.events import EventLog, EventRecord
 from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
@@ -34,6 +34,7 @@ from moirae.incidents import IncidentConfig, IncidentStore
 from moirae.live import EventFlow
 from moirae.materialize import ReplicaOperator, raw_chunks, replica_event
 from moirae.persist import load_similarity, save_similarity
+from moirae.unit_inputs import UnitLedger
 from recall.api import OutputKind
 from recall.manager import RecallManager
 from recall.operator import Recall
@@ -69,9 +70,11 @@ class DeployManager:
         self.ops: dict[str, Any] = {}
         self.alert_latencies: list[float] = []
         self.worker = EventWorker(self._process, many=self._process_many)
+        self.context_runner = ContextRunner()
         # discards the tasks of events left without feedback past recall.feedback_timeout
         # (M 4.4) and forgets ended tasks' statistics: without it suspended tasks stay open
         self.periodic = PeriodicJobs(self.manager)
+        self.units = UnitLedger()  # what each materialized unit was computed from (moirae.unit_inputs)
         self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
         self._lock = threading.Lock()
         self._closing = False
@@ -307,6 +310,7 @@ class DeployManager:
         self.results.close()
         self.events.close()
         self.save_state()
+        self.context_runner.close()
         for flow in self.flows.values():  # last: the final maintenance may have labelled sources
             if flow.graph is not None:
                 flow.graph.close()
@@ -339,16 +343,18 @@ class DeployManager:
                                   why=f"events of {q.name!r}", since=max(starts) if starts else None)
         t1 = time.perf_counter()
         flow.seconds["wait"] += t1 - t0
-        contexts = {}
         ev_spec = self.engine.archiver.stream(flow.stream)
-        for cq in cqs:
+
+        def context(cq):  # each context-query and its archiving, side by side (ContextRunner)
             cx, _schema = compute_context(self.engine.spark, self.engine.archiver, cq, frame, ev_spec, q.eid, q.ts)
             stream = context_stream(q.name, cq.name)
             for part_frame, batch_id, _replay, _started in batches:
                 part = cx if len(batches) == 1 else cx[cx[q.eid].isin(part_frame[q.eid])]
                 if len(part):
                     self.engine.archiver.append(stream, batch_id, part, key=q.eid)
-            contexts[cq] = cx
+            return cx
+
+        contexts = self.context_runner.run(cqs, context)
         t2 = time.perf_counter()
         flow.seconds["contexts"] += t2 - t1
         records = []
