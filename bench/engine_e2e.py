@@ -90,10 +90,23 @@ class Bench:
 
         conn = psycopg2.connect(self.dsn)
         conn.autocommit = True
-        with conn.cursor() as cur:
-            while self.schemas:
-                cur.execute(f'DROP SCHEMA IF EXISTS "{self.schemas.pop()}" CASCADE')
-        conn.close()
+        try:
+            with conn.cursor() as cur:
+                while self.schemas:
+                    for attempt in range(10):
+                        try:
+                            cur.execute(f'DROP SCHEMA IF EXISTS "{self.schemas[-1]}" CASCADE')
+                            break
+                        except psycopg2.errors.DeadlockDetected:
+                            # a Python worker of a stopped query may still be finishing its
+                            # partition's COPY into the schema (its task was killed, its
+                            # worker not): the DROP lost; the writer ends, then it goes through
+                            if attempt == 9:
+                                raise
+                            time.sleep(1.0)
+                    self.schemas.pop()
+        finally:
+            conn.close()
 
 
 # -- 1 + 3: latency and memory over one live run -----------------------------------------
