@@ -31,6 +31,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from starlette.background import BackgroundTask
 
 from moirae import views
 from moirae.api import incidents_api, sse, steer
@@ -200,8 +201,9 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
     @app.get("/api/stream", response_class=StreamingResponse,
              responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})
     async def live(request: Request, eid: str | None = None) -> StreamingResponse:
-        return StreamingResponse(sse.stream(bus_of(engine), request, keepalive=keepalive, eid=eid),
-                                 media_type="text/event-stream",
+        sub = sse.subscribe(bus_of(engine), eid=eid)  # before the headers: see sse.subscribe
+        return StreamingResponse(sse.stream(sub, request, keepalive=keepalive),
+                                 media_type="text/event-stream", background=BackgroundTask(sub.close),
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return app

@@ -35,11 +35,16 @@ def format_message(data: dict[str, Any]) -> str:
     return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
-async def stream(bus, request, keepalive: float = 5.0, poll: float = 0.5, maxsize: int = 1000,
-                 eid: str | None = None) -> AsyncIterator[str]:
-    """Yield SSE text for every item published on ``bus`` after subscribing."""
+def subscribe(bus, maxsize: int = 1000, eid: str | None = None):
+    """The subscription a stream will read: taken before the response's headers go out,
+    since a browser's ``EventSource`` reports the stream open on the headers, and an item
+    published between them and a subscription taken in the body would be lost."""
     accept = None if eid is None else (lambda o: _eid(o) == eid)
-    sub = bus.subscribe(maxsize=maxsize, accept=accept)
+    return bus.subscribe(maxsize=maxsize, accept=accept)
+
+
+async def stream(sub, request, keepalive: float = 5.0, poll: float = 0.5) -> AsyncIterator[str]:
+    """Yield SSE text for every item of ``sub`` (from :func:`subscribe`); closes it at the end."""
     try:
         yield "retry: 3000\n: connected\n\n"
         last = time.monotonic()

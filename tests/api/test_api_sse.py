@@ -94,3 +94,45 @@ def test_stopping_the_server_closes_open_streams(engine):
     finally:
         res.close()
         client.close()
+
+
+def test_an_item_published_as_the_headers_go_out_is_delivered(engine):
+    """A browser's EventSource reports the stream open when the headers arrive, and the
+    console then expects every later item: the subscription exists before they go out.
+    Driven through the ASGI app itself, so the headers' instant is exact."""
+    import anyio
+
+    from moirae.api.app import create_app
+
+    app = create_app(engine, keepalive=0.3)
+    bus = engine.deploy.manager.bus
+    base = bus.subscribers
+    at_headers, body = [], []
+
+    async def main():
+        gone = anyio.Event()
+
+        async def receive():
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(msg):
+            if msg["type"] == "http.response.start":
+                at_headers.append(bus.subscribers)
+                bus.publish({"type": "event", "eid": "at-headers", "event": "overload"})
+            elif msg["type"] == "http.response.body":
+                body.append(msg.get("body", b""))
+                if b"at-headers" in b"".join(body):
+                    gone.set()
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                 "scheme": "http", "path": "/api/stream", "raw_path": b"/api/stream", "query_string": b"",
+                 "headers": [(b"host", b"127.0.0.1")], "client": ("127.0.0.1", 50000),
+                 "server": ("127.0.0.1", 80), "root_path": ""}
+        with anyio.fail_after(20):
+            await app(scope, receive, send)
+
+    anyio.run(main)
+    assert at_headers == [base + 1]
+    assert b'"eid": "at-headers"' in b"".join(body)
+    wait_for(lambda: bus.subscribers == base, what="the subscription to close after disconnect")
