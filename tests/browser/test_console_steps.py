@@ -6,6 +6,7 @@ to bench/results/console/ (the cluster run's to bench/results/console/cluster/).
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -143,3 +144,38 @@ def test_console_steps(small, browser):
         assert max(wide) <= 1, f"{path} scrolls sideways by {wide} px"
     errors = console_errors(browser)
     assert not errors, errors
+
+
+def test_incidents_that_arrive_while_the_list_loads_are_kept(small, browser, monkeypatch):
+    """The list's answer is a snapshot; incidents the stream delivers before that answer
+    arrives are newer than it and must survive it. The server takes its snapshot, then
+    holds the answer until the browser shows three incidents from the stream."""
+    engine, url = small
+    store = engine.deploy.incidents
+    taken, release, answered = threading.Event(), threading.Event(), threading.Event()
+    listed = store.list
+
+    def held(*args):
+        got = listed(*args)
+        if not taken.is_set():
+            taken.set()
+            release.wait(60)
+            answered.set()
+        return got
+
+    monkeypatch.setattr(store, "list", held)
+    browser.get("about:blank")
+    browser.get(url + "/")
+    wait(taken.is_set, what="the list request")
+    wait(lambda: text(browser, "#conn") == "live", what="the live stream")
+    event(engine, "k1", 20, "s0")
+    event(engine, "k2", 30, "s1")
+    event(engine, "k3", 40, "s2")
+    try:
+        wait(lambda: count(browser, ".inc") == 3, what="three incidents from the stream")
+    finally:
+        release.set()
+    wait(answered.is_set, what="the held answer")
+    time.sleep(1.0)  # for the browser to apply it: a stale answer would leave "0 incidents"
+    assert attrs(browser, ".inc", "data-id") == ["k3", "k2", "k1"]
+    assert text(browser, "#range") == "1–3 of 3"

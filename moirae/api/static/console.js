@@ -5,7 +5,7 @@ const $ = s => document.querySelector(s);
 const esc = v => String(v ?? '').replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c]));
 const MAX_TICKETS = 1000000;
 const list = {status: '', type: '', offset: 0, limit: 50, total: 0, items: new Map(), types: new Set()};
-let selected = null, refreshTimer = null, listTimer = null;
+let selected = null, refreshTimer = null;
 
 // -- formatting --------------------------------------------------------------------------
 const num = (v, d = 1) => (typeof v === 'number' && isFinite(v)) ? v.toLocaleString('en', {maximumFractionDigits: d, minimumFractionDigits: d}) : '–';
@@ -70,8 +70,9 @@ function noteType(t) {
   o.value = o.textContent = t;
   $('#ftype').append(o);
 }
+const newestFirst = (a, b) => (b.start > a.start) - (b.start < a.start) || (b.id > a.id) - (b.id < a.id);
 function renderList(fresh) {
-  const items = [...list.items.values()].sort((a, b) => (b.start > a.start) - (b.start < a.start) || (b.id > a.id) - (b.id < a.id));
+  const items = [...list.items.values()].sort(newestFirst);
   $('#list').innerHTML = items.length ? items.map(i => `<a class="inc${i.id === selected ? ' sel' : ''}${fresh && fresh.has(i.id) ? ' new' : ''}"
     id="inc-${esc(i.id)}" data-id="${esc(i.id)}" href="#/incident/${encodeURIComponent(i.id)}">
     <span>${statusBadge(i)}</span><span class="k">${esc(i.event)} · ${esc(i.key)}</span><span class="r">${esc(i.alerts)} alert${i.alerts === 1 ? '' : 's'}</span>
@@ -82,25 +83,43 @@ function renderList(fresh) {
   $('#prev').disabled = list.offset === 0;
   $('#next').disabled = list.offset + list.limit >= list.total;
 }
+// The list is a snapshot taken when the server answered, and the stream may deliver
+// changes made after it before the answer arrives: those are kept aside while a request
+// is in flight and applied over its answer (unless the answer holds a newer copy). An
+// answer to a request that a later one superseded (a filter changed) is dropped.
+let loading = null;
 async function loadList() {
   const q = new URLSearchParams({limit: list.limit, offset: list.offset});
   if (list.status) q.set('status', list.status);
   if (list.type) q.set('type', list.type);
+  const seen = loading = new Map();
   try {
     const r = await api('/api/incidents?' + q);
+    if (loading !== seen) return;
     list.items = new Map(r.incidents.map(i => [i.id, i]));
     list.total = r.total;
     r.incidents.forEach(i => noteType(i.event));
     renderList();
-  } catch (e) { $('#list').innerHTML = `<p class="fb err">${esc(e.message)}</p>`; }
+    const last = [...list.items.values()].sort(newestFirst).at(-1);
+    for (const i of seen.values()) {
+      const had = list.items.get(i.id);
+      if (had ? had.updated_at >= i.updated_at : list.items.size >= list.limit && newestFirst(last, i) < 0) continue;
+      onIncident(i);  // newer than the snapshot, or new and on this page
+    }
+  } catch (e) {
+    if (loading === seen) $('#list').innerHTML = `<p class="fb err">${esc(e.message)}</p>`;
+  } finally {
+    if (loading === seen) loading = null;
+  }
 }
 function onIncident(i) {
+  if (loading) loading.set(i.id, i);
   noteType(i.event);
   const known = list.items.has(i.id);
   if (matches(i) && (known || list.offset === 0)) {
     if (!known) list.total += 1;
     list.items.set(i.id, i);
-    const items = [...list.items.values()].sort((a, b) => (b.start > a.start) - (b.start < a.start) || (b.id > a.id) - (b.id < a.id));
+    const items = [...list.items.values()].sort(newestFirst);
     list.items = new Map(items.slice(0, list.limit).map(x => [x.id, x]));
     renderList(known ? null : new Set([i.id]));
   } else if (known) { list.items.delete(i.id); list.total -= 1; renderList(); }
@@ -320,8 +339,9 @@ $('#next').onclick = () => { list.offset += list.limit; loadList(); };
 window.addEventListener('hashchange', route);
 loadList().then(route);
 const es = new EventSource('/api/stream');
-es.onopen = () => { $('#conn').textContent = 'live'; };
-es.onerror = () => { $('#conn').textContent = 'reconnecting…'; };
+let streamLost = false;  // changes made while the stream was down are only in a new snapshot
+es.onopen = () => { $('#conn').textContent = 'live'; if (streamLost) { streamLost = false; loadList(); } };
+es.onerror = () => { $('#conn').textContent = 'reconnecting…'; streamLost = true; };
 es.addEventListener('incident', m => onIncident(JSON.parse(m.data)));
 for (const k of ['insert', 'update', 'delete', 'boundary']) es.addEventListener(k, m => {
   const o = JSON.parse(m.data);
