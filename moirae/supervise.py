@@ -35,7 +35,9 @@ log = logging.getLogger("moirae.supervise")
 
 DISK_FULL = ("No space left on device", "Disk quota exceeded")
 MIN_FREE = 1 << 20
-_ERROR_LINE = re.compile(r"^\s*(?:Caused by: )?([\w.$]+(?:Error|Exception)): ?(.*)$")
+# "Name: message" or a bare "Name", as a Python traceback ends, as a Java chain's "Caused
+# by:" lines read, and as Py4J introduces a Java error (": org.apache...Exception: ...")
+_ERROR_LINE = re.compile(r"^\s*(?::\s*)?(?:Caused by: )?([\w.$]+(?:Error|Exception))(?:: ?(.*))?$")
 
 
 def root_cause(exc: BaseException | str) -> str:
@@ -48,6 +50,10 @@ def root_cause(exc: BaseException | str) -> str:
     'ValueError: bad row 7'
     >>> root_cause("Query failed\\nCaused by: java.io.IOException: No space left on device\\n\\tat a.b(C.java:1)")
     'java.io.IOException: No space left on device'
+    >>> root_cause("Traceback ...\\npy4j.protocol.Py4JJavaError: An error occurred while calling o8.collectToPython.\\n"
+    ...            ": org.apache.spark.SparkException: Job aborted\\n\\tat a.b(C.java:1)\\n"
+    ...            "Caused by: java.io.OptionalDataException\\n\\tat d.e(F.java:2)")
+    'java.io.OptionalDataException'
     """
     lines = [ln for ln in f"{exc}".splitlines() if ln.strip()]
     found = [m for m in map(_ERROR_LINE.match, lines) if m]

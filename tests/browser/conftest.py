@@ -7,6 +7,7 @@ or Selenium the ``browser`` tests are skipped with one line saying what is missi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def where_thrown(lines: list[str], frames: int = 12) -> str:
+    """The deepest Java exception of a log and its first stack frames (the tail quoted
+    above leaves frames out), or nothing."""
+    thrown = re.compile(r"(?:^Caused by: |\): )[\w.$]+(?:Exception|Error)\b")  # a cause, or a lost task's error
+    at = [i for i, ln in enumerate(lines) if thrown.search(ln)]
+    if not at:
+        return ""
+    return "\n-- where the deepest cause was thrown:\n" + "\n".join(lines[at[-1]:at[-1] + 1 + frames])
+
+
 class Live:
     """The engine child: its API ``url`` and the database it writes (``db``)."""
 
@@ -68,12 +79,13 @@ def live(tmp_path_factory):
             if not line:  # the child ended
                 proc.wait(60)
                 log.seek(0)
-                tail = [ln for ln in log.read().splitlines() if not ln.startswith(("\tat ", "  "))][-15:]
+                text = log.read().splitlines()
+                tail = [ln for ln in text if not ln.startswith(("\tat ", "  "))][-15:]
                 if any("missed the connect-back timeout" in ln for ln in tail) and "failed: Python worker" in tail[-1]:
                     # the machine, not the console: Spark's Python workers never started in time
                     pytest.skip("browser tests: Spark's Python workers kept missing their 10 s connect-back "
                                 "timeout (an overloaded machine); " + tail[-1][:200])
-                pytest.fail("the engine did not start:\n" + "".join(lines) + "\n".join(tail))
+                pytest.fail("the engine did not start:\n" + "".join(lines) + "\n".join(tail) + where_thrown(text))
             lines.append(line)
         line = lines[-1]
         yield Live(line.split()[1], db)

@@ -42,6 +42,7 @@ def start(engine, tries: int = 10, timeout: float = 120.0) -> None:
         for attempt in range(tries):
             exc = str(get().exception())
             if "connect back" not in exc or attempt == tries - 1:
+                print(exc, file=sys.stderr, flush=True)  # whole, Java frames included: the fixture quotes them
                 raise SystemExit(f"live query {get().name} failed: {exc.splitlines()[0][:300]}")
             print(f"restarting {get().name} (its Python worker missed the connect-back timeout)",
                   file=sys.stderr, flush=True)
