@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from moirae.hadoop_fs import local_fs_config
+from moirae.worker_daemon import daemon_config
 from scheduler.errors import MoiraeError
 
 
@@ -155,6 +156,8 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
     for key, value in local_fs_config(master, extra or {}).items():  # no chmod process per file (moirae.hadoop_fs)
+        builder = builder.config(key, value)
+    for key, value in daemon_config(master, extra or {}).items():  # cached bytecode, cheap collections (moirae.worker_daemon)
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
