@@ -88,7 +88,7 @@ def daemon_config(master: str, extra: dict[str, str]) -> dict[str, str]:
     installation, whose path this module cannot judge from the driver."""
     if not master.startswith("local") or KEY in extra:
         return {}
-    return {KEY: __name__ if __name__ != "__main__" else "moirae.worker_daemon"}
+    return {KEY: "moirae.worker_daemon"}
 
 
 if __name__ == "__main__":
