@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from moirae.hadoop_fs import local_fs_config
+from moirae.python_launcher import python_for_workers
 from moirae.worker_daemon import daemon_config
 from scheduler.errors import MoiraeError
 
@@ -123,8 +123,10 @@ def spark_session(master: str = "local[2]", app_name: str = "moirae", ui: bool =
     """Return (creating if needed) the process's SparkSession, configured for Moirae.
     ``log_file``: where the JVM logs (instead of the terminal); only a new session's."""
     # Python workers (UDFs, Python data sources) must run this interpreter, with its
-    # packages, not whatever `python3` is first on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # packages, not whatever `python3` is first on PATH; on a local master, through a
+    # launcher that leaves pyspark's zips off their path (moirae.python_launcher)
+    if "PYSPARK_PYTHON" not in os.environ:
+        os.environ["PYSPARK_PYTHON"] = python_for_workers(master)
     major = java_major_version()
     if major < 17:
         raise JavaMissing(f"Spark 4 needs Java 17+, found Java {major}")

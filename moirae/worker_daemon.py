@@ -10,7 +10,9 @@ library before it hands over.
    pyspark's modules from source again: a tenth of the Python workers' samples in the
    scenario's throughput run (py-spy, 2026-11-25). When those zips are the installed
    pyspark package's own copies (the same release, byte for byte), they are moved behind
-   site-packages, so the same modules come from their cached bytecode.
+   site-packages, so the same modules come from their cached bytecode. (When Spark
+   started the daemon through :mod:`moirae.python_launcher`, as a local session does
+   unless the user set ``PYSPARK_PYTHON``, the zips are off the path already.)
 2. **A collection walks only what is new.** A reused worker runs ``gc.collect()``
    after every task, a full collection over everything the worker holds: pyspark,
    pandas and pyarrow's modules and the engine's, some 100,000 objects, 40-50 ms a task

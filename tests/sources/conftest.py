@@ -1,21 +1,11 @@
-"""Fixtures for the source tests.
-
-Spark's Python workers (which run the Python Data Sources) must use this virtualenv's
-interpreter, not whatever ``python3`` is on PATH; the variable is read when the
-SparkContext starts, so it is set here, at collection time, before the shared ``spark``
-fixture creates the session.
-"""
+"""Fixtures for the source tests. (Spark's Python workers run this virtualenv's
+interpreter: :func:`moirae.spark.spark_session` sees to it.)"""
 
 from __future__ import annotations
-
-import os
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @pytest.fixture
