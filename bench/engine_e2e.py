@@ -16,7 +16,9 @@ a fresh schema (dropped afterwards) with a temporary data directory.
    streams, written to Spark's ``noop`` sink), ``archive`` (the engine archiving the
    sources, no event-query) and ``full`` (archiving + Ananke provenance + the paper's
    queries with Recall and Similarity Recall). Rows/s = source rows / wall seconds from
-   start until every query has committed the ``until`` offset. Target: full >= 70 % of plain.
+   start until every query has committed the ``until`` offset. Each config runs three
+   times, interleaved (plain, archive, full, plain, ...); the median run of each is
+   reported, and full/plain of each round beside it. Target: full >= 70 % of plain.
 3. **Memory**: every few seconds of the latency run, driver RSS, the JVM child's RSS, the
    present tier's in-memory rows/bytes and open recall tasks; growth is last vs. the
    first sample after warm-up (a third of the run). Target <= 10 %.
@@ -329,7 +331,7 @@ def wait_done(queries, until_ns: int, timeout: float) -> float:
     raise TimeoutError(f"throughput run not done in {timeout}s: {[(q.name, _end_t(q)) for q in queries]}")
 
 
-def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str) -> dict:
+def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str, rounds: int = 3) -> dict:
     from ananke.query import ProvQuery
     from moirae.scenarios.cluster import INDEXES, load_history
     from moirae.scenarios.queries import deploy_queries, overload_query
@@ -419,22 +421,45 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             break
         except RuntimeError as exc:
             print(f"warm-up attempt {attempt + 1} failed: {str(exc)[:200]}", flush=True)
-    for config in ("plain", "archive", "full"):
-        phases = {}
-        if config == "plain":
-            secs = retry(lambda: plain(until, until_ns), "throughput plain")
-        else:
-            secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
-        out["configs"][config] = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1),
-                                  "phases_ms": phases}
-        if config == "full":
-            out["configs"][config].update(events=events, recall_tasks=tasks)
-        print(f"throughput {config}: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s", flush=True)
-    c = out["configs"]
-    out["full_over_plain"] = round(c["full"]["rows_per_s"] / c["plain"]["rows_per_s"], 3)
-    out["archive_over_plain"] = round(c["archive"]["rows_per_s"] / c["plain"]["rows_per_s"], 3)
+    runs: dict[str, list[dict]] = {"plain": [], "archive": [], "full": []}
+    for r in range(rounds):  # interleaved, so a slow spell of the shared machine hits every config alike
+        for config in runs:
+            phases = {}
+            if config == "plain":
+                secs = retry(lambda: plain(until, until_ns), "throughput plain")
+            else:
+                secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
+            run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases}
+            if config == "full":
+                run.update(events=events, recall_tasks=tasks)
+            runs[config].append(run)
+            b.drop_schemas()  # each run on an archive of its own; none left to slow the next
+            print(f"throughput round {r + 1} {config}: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s", flush=True)
+    out.update(summarize_rounds(runs))
     out["meets_target"] = out["full_over_plain"] >= 0.7
     return out
+
+
+def summarize_rounds(runs: dict[str, list[dict]]) -> dict:
+    """Each config's median run (by seconds) and the ratios of those medians, with the
+    full/plain ratio of each round (the configs of one round ran one after another).
+
+    >>> r = {c: [{"seconds": s, "rows_per_s": 100 / s} for s in secs]
+    ...      for c, secs in (("plain", [10, 12, 11]), ("archive", [11, 11, 13]), ("full", [20, 16, 18]))}
+    >>> out = summarize_rounds(r)
+    >>> out["full_over_plain"], out["full_over_plain_by_round"], out["archive_over_plain"]
+    (0.611, [0.5, 0.75, 0.611], 1.0)
+    """
+    def median_run(xs: list[dict]) -> dict:
+        return sorted(xs, key=lambda x: x["seconds"])[(len(xs) - 1) // 2]
+
+    configs = {c: median_run(xs) for c, xs in runs.items()}
+    by_round = [round(f["rows_per_s"] / p["rows_per_s"], 3) for p, f in zip(runs["plain"], runs["full"], strict=True)]
+    return {"rounds": len(runs["plain"]), "configs": configs,
+            "seconds_by_round": {c: [x["seconds"] for x in xs] for c, xs in runs.items()},
+            "full_over_plain": round(configs["full"]["rows_per_s"] / configs["plain"]["rows_per_s"], 3),
+            "archive_over_plain": round(configs["archive"]["rows_per_s"] / configs["plain"]["rows_per_s"], 3),
+            "full_over_plain_by_round": by_round}
 
 
 # -- report -----------------------------------------------------------------------------
@@ -532,6 +557,16 @@ def tick_line(live: dict) -> str:
     return line + " What the engine adds comes after that tick."
 
 
+def rounds_line(tp: dict) -> str:
+    """How many times each config ran, and the spread of full/plain over the rounds."""
+    n = tp.get("rounds", 1)
+    if n < 2:
+        return "each config ran once"
+    by = tp["full_over_plain_by_round"]
+    return (f"each config ran {n} times, interleaved; the table shows each one's median run; full/plain by round: "
+            f"{', '.join(f'{x:.2f}' for x in by)}")
+
+
 def markdown(live: dict, tp: dict, quick: bool) -> str:
     e, n, s = (live["engine_detect_to_first_history"], live["bus_alert_to_first_norm"],
                live["bus_alert_to_first_similar"])
@@ -563,7 +598,8 @@ Archive waits before contexts: {live['archive_waits']['count']} waits, {live['ar
 ({live['archive_waits']['timeouts_by_stream']}), {live['archive_waits']['caught_up_idle']} sparse inputs found caught up,
 {live['archive_waits']['seconds']} s waited in all.
 
-Throughput ({tp['live_hours']:g} h of live scenario, all four streams, `speedup=max`, trigger {tp['trigger']}):
+Throughput ({tp['live_hours']:g} h of live scenario, all four streams, `speedup=max`, trigger {tp['trigger']};
+{rounds_line(tp)}):
 
 | config | rows | seconds | rows/s | vs plain |
 |---|---|---|---|---|
@@ -590,6 +626,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="a short smoke run")
     ap.add_argument("--soak", type=float, default=None, help="minutes of the live run (default 10; quick 1)")
     ap.add_argument("--live-hours", type=float, default=None, help="scenario hours of the throughput span")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="runs of each throughput config, interleaved (default 3; quick 1)")
     ap.add_argument("--latency-only", action="store_true",
                     help="run only the live run (latency, memory) and print it; nothing is published")
     ap.add_argument("--trigger", type=float, default=None,
@@ -609,7 +647,7 @@ def main(argv=None) -> int:
         try:
             path = scenario_file(tmp, days=1 if quick else 3, servers=4 if quick else 8, speedup=300)
             tp = None if args.latency_only else throughput(b, path, live_hours, span_s=3600 if quick else 3 * 3600,
-                                                           trigger="100ms")
+                                                           trigger="100ms", rounds=args.rounds or (1 if quick else 3))
             live = retry(lambda: live_run(b, path, minutes, sample_s=2.0 if quick else 5.0,
                                                    trigger_s=args.trigger), "live run")
         finally:
