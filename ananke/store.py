@@ -18,6 +18,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -60,14 +61,20 @@ class GraphStore:
     """Vertex / edge / label tables under ``prefix`` (default ``ank``).
 
     ``connect`` is a zero-argument callable returning a new psycopg2 connection (e.g.
-    ``archive.pg.Database(...).connect``); the store closes what it opens: queries each
-    use a short-lived one, writes keep one until :meth:`close`.
+    ``archive.pg.Database(...).connect``); the store closes what it opens: writes keep
+    one until :meth:`close`. ``borrow``, if given, is a zero-argument callable returning
+    a context manager that lends a connection (e.g. ``archive.pg.Database(...).connection``,
+    a pool): queries then borrow one instead of opening a short-lived connection each,
+    which on PostgreSQL is a new server process per query (the console's provenance
+    lookups).
     """
 
-    def __init__(self, connect: Callable[[], object], prefix: str = "ank") -> None:
+    def __init__(self, connect: Callable[[], object], prefix: str = "ank",
+                 borrow: Callable[[], AbstractContextManager] | None = None) -> None:
         if not _PREFIX_RE.match(prefix):
             raise BadPrefix(f"table prefix must be a lower-case identifier, got {prefix!r}")
         self.connect = connect
+        self.borrow = borrow
         self.v, self.e, self.lab = f"{prefix}_vertex", f"{prefix}_edge", f"{prefix}_label"
         self._conn = None
         self._lock = threading.Lock()
@@ -162,14 +169,30 @@ class GraphStore:
         if conn is not None and not conn.closed:
             conn.close()
 
-    def _query(self, sql: str, params: tuple) -> list[tuple]:
+    @contextmanager
+    def _reading(self):
+        """A connection for queries: borrowed when the store was given ``borrow``, else
+        opened here and closed afterwards."""
+        if self.borrow is not None:
+            with self.borrow() as conn:
+                yield conn
+            return
         conn = self.connect()
         try:
-            with conn, conn.cursor() as cur:
-                cur.execute(sql, params)
-                return cur.fetchall()
+            yield conn
         finally:
             conn.close()
+
+    def _query(self, sql: str, params: tuple, conn=None) -> list[tuple]:
+        if conn is None:
+            with self._reading() as conn:
+                return self._query(sql, params, conn)
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+        if not conn.autocommit:
+            conn.rollback()  # end the read's transaction: an idle one would hold back vacuum
+        return rows
 
     def sources_of(self, sink_id: int) -> list[tuple[int, datetime]]:
         """Backward: the (source id, event time) pairs that contributed to sink tuple ``sink_id``."""
@@ -179,11 +202,12 @@ class GraphStore:
 
     def alerts_of(self, source_id: int) -> ForwardAnswer:
         """Forward: the sink tuples ``source_id`` contributed to, and whether it is expired."""
-        rows = self._query(
-            f"SELECT v.sink, v.id, v.tuple_ts FROM {self.e} e JOIN {self.v} v ON v.kind = 'sink' AND v.id = e.sink_id "
-            "WHERE e.source_id = %s ORDER BY v.tuple_ts, v.id", (source_id,))
-        expired = bool(self._query(f"SELECT 1 FROM {self.lab} WHERE kind = 'source' AND vertex_id = %s",
-                                   (source_id,)))
+        with self._reading() as conn:
+            rows = self._query(
+                f"SELECT v.sink, v.id, v.tuple_ts FROM {self.e} e JOIN {self.v} v ON v.kind = 'sink' "
+                "AND v.id = e.sink_id WHERE e.source_id = %s ORDER BY v.tuple_ts, v.id", (source_id,), conn)
+            expired = bool(self._query(f"SELECT 1 FROM {self.lab} WHERE kind = 'source' AND vertex_id = %s",
+                                       (source_id,), conn))
         return ForwardAnswer(source_id, tuple((r[0], r[1], r[2]) for r in rows), expired)
 
     def counts(self) -> dict[str, int]:
@@ -197,10 +221,11 @@ class GraphStore:
     def keys(self) -> set[tuple]:
         """Every stored item as :func:`~ananke.items.graph_key` would key it."""
         out: set[tuple] = set()
-        for kind, vid, sink, tts in self._query(f"SELECT kind, id, sink, tuple_ts FROM {self.v}", ()):
-            out.add(("source", vid, tts) if kind == "source" else ("sink", sink, vid, tts))
-        out.update(("edge", s, k) for s, k in self._query(f"SELECT source_id, sink_id FROM {self.e}", ()))
-        out.update(("label", k, v) for k, v in self._query(f"SELECT kind, vertex_id FROM {self.lab}", ()))
+        with self._reading() as conn:
+            for kind, vid, sink, tts in self._query(f"SELECT kind, id, sink, tuple_ts FROM {self.v}", (), conn):
+                out.add(("source", vid, tts) if kind == "source" else ("sink", sink, vid, tts))
+            out.update(("edge", s, k) for s, k in self._query(f"SELECT source_id, sink_id FROM {self.e}", (), conn))
+            out.update(("label", k, v) for k, v in self._query(f"SELECT kind, vertex_id FROM {self.lab}", (), conn))
         return out
 
 

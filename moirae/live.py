@@ -74,7 +74,7 @@ class EventFlow:
         self.ankn_streaming = None
         self._emitted_wm: datetime | None = None  # the highest seen by emitted_below
         if provenance:
-            self.graph = GraphStore(engine.db.connect, prefix=f"ank_{query.name}").create()
+            self.graph = GraphStore(engine.db.connect, prefix=f"ank_{query.name}", borrow=engine.db.connection).create()
             if self.variant == "ankn":
                 self.ankn = AnkNSparkSink(self.sink, emit=self.graph, U=self.pq.U)
             else:

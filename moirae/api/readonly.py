@@ -50,7 +50,7 @@ class _Deploy:
         if event not in self._graphs:
             store = None
             try:
-                store = GraphStore(self.db.connect, prefix=f"ank_{event}")
+                store = GraphStore(self.db.connect, prefix=f"ank_{event}", borrow=self.db.connection)
             except ValueError:  # not a valid prefix: no graph
                 pass
             if store is not None:

@@ -141,3 +141,23 @@ def test_a_statement_error_is_raised_and_the_connection_stays_usable(pg):
     feed(store, at(8, 21))
     assert store.counts()["edge"] == 7
     store.close()
+
+
+def test_queries_borrow_a_pooled_connection_when_given_one(pg):
+    opened = []
+
+    def connect():
+        opened.append(1)
+        return pg.connect()
+
+    store = GraphStore(connect, prefix="pool", borrow=pg.connection).create()
+    feed(store, at(8, 10))
+    writes = len(opened)  # the tables and the write connection
+    before = pg.connections_made()
+    for _ in range(5):
+        assert store.counts()["sink"] == 3
+        store.alerts_of(1)
+        store.sources_of(1)
+    assert len(opened) == writes  # no connection of its own per query
+    assert pg.connections_made() - before <= 1  # one from the pool, reused
+    store.close()
