@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from moirae.resolution_cache import ResolutionCache
 from recall.api import OutputKind
 from scheduler.errors import MoiraeError
 from similarity.incidents import IncidentRule, IncidentTracker
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS moirae_incidents (
     updated_at      timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX IF NOT EXISTS moirae_incidents_start ON moirae_incidents (start_ts DESC, id);
+CREATE INDEX IF NOT EXISTS moirae_incidents_noted ON moirae_incidents (id) WHERE resolution <> '';
 CREATE TABLE IF NOT EXISTS moirae_incident_events (
     eid      text PRIMARY KEY,
     incident text NOT NULL REFERENCES moirae_incidents (id),
@@ -149,6 +151,8 @@ class IncidentStore:
         self.configs: dict[str, IncidentConfig] = {}
         self._trackers: dict[str, IncidentTracker] = {}
         self._lock = threading.Lock()
+        # Similarity Recall asks once per chunk and task (moirae.resolution_cache)
+        self.resolution_cache = ResolutionCache(self._lookup_resolutions, self._any_resolution)
         with db.connection() as conn, conn.cursor() as cur:
             cur.execute(DDL)
 
@@ -245,6 +249,7 @@ class IncidentStore:
                                     "start_ts = least(start_ts, %s), last_ts = greatest(last_ts, %s), "
                                     "status = CASE WHEN status = 'resolved' THEN 'open' ELSE status END, "
                                     "updated_at = now() WHERE id = %s", (r.ts, r.ts, incident))
+            self.resolution_cache.invalidate()  # new eids of (possibly noted) incidents
         for iid in dict.fromkeys(changed):
             self._announce(iid)
         return changed
@@ -318,10 +323,17 @@ class IncidentStore:
 
     def resolutions(self, incident_ids: Iterable[str]) -> dict[str, str]:
         """``{incident id: resolution note}`` of those resolved here with a note (the
-        callback Similarity Recall gets). An id may also be any eid of the incident."""
-        ids = [str(i) for i in incident_ids]
-        if not ids:
-            return {}
+        callback Similarity Recall gets). An id may also be any eid of the incident.
+        Answers are remembered for a second (:mod:`moirae.resolution_cache`); this
+        store's own writes clear them at once."""
+        return self.resolution_cache.get(incident_ids)
+
+    def _any_resolution(self) -> bool:
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT EXISTS (SELECT 1 FROM moirae_incidents WHERE resolution <> '')")
+            return bool(cur.fetchone()[0])
+
+    def _lookup_resolutions(self, ids: list[str]) -> dict[str, str]:
         with self.db.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT q.x, i.resolution FROM unnest(%s::text[]) AS q(x) "
                         "LEFT JOIN moirae_incident_events ie ON ie.eid = q.x "
@@ -355,6 +367,7 @@ class IncidentStore:
             cur.execute(sql, args)
             if cur.fetchone() is None:
                 raise NoSuchIncident(f"no incident {incident!r}")
+        self.resolution_cache.invalidate()
         return self._announce(incident)
 
     def _announce(self, incident: str) -> dict[str, Any]:

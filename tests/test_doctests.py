@@ -28,7 +28,7 @@ ananke.ank1 ananke.graph ananke.ids ananke.items ananke.spark_adapter ananke.sto
 archive.abc archive.chunk_copy archive.chunks archive.copy archive.exec_sink archive.history archive.names archive.pg archive.types archive.validate
 moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.context_sql moirae.errorlog moirae.event_worker moirae.incidents
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
-moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.python_launcher moirae.views moirae.worker_daemon
+moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.python_launcher moirae.resolution_cache moirae.views moirae.worker_daemon
 recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.revision_ops
 recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.model

@@ -100,3 +100,21 @@ def test_the_live_tracker_forgets_finished_keys_and_a_restart_reopens_only_live_
     log2.add([rec("s590", 610)])
     assert store2.open_keys("overload") <= 5
     assert store2.get("ov:s590:590")["alerts"] == 3, "the live incident continues across the restart"
+
+
+def test_resolution_lookups_are_remembered_and_a_note_shows_at_once_here_and_within_the_ttl_elsewhere(pg):
+    log, store, _ = store_and_log(pg)
+    log.add([rec("a", 5), rec("b", 5)])
+    cache = store.resolution_cache
+    asked = ["ov:a:5", "ov:b:5", "nope"]
+    assert store.resolutions(asked) == {} and store.resolutions(asked) == {}
+    assert cache.queries == 1  # nothing has a note: one EXISTS, no lookup
+    store.resolve("ov:a:5", "killed process rsync")  # written here: seen at once
+    assert store.resolutions(asked) == {"ov:a:5": "killed process rsync"}
+    before = cache.queries
+    assert store.resolutions(asked) == {"ov:a:5": "killed process rsync"}
+    assert cache.queries == before  # remembered
+    other = IncidentStore(pg)  # another process over the same database (a console) notes b
+    other.resolve("ov:b:5", "rebooted")
+    cache.ttl = 0.0  # the ttl passes
+    assert store.resolutions(asked) == {"ov:a:5": "killed process rsync", "ov:b:5": "rebooted"}
