@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from archive.abc import AppendResult
 from archive.archiver import Archiver
-from archive.exec_sink import SUMMARY_SCHEMA, PartitionJob
+from archive.exec_sink import BATCH_PROPERTY, SUMMARY_SCHEMA, StreamWriter, batch_property
 from archive.ids import spark_source_id
 from archive.streams import StreamSpec
 from archive.types import ColumnType, from_spark
@@ -89,6 +89,8 @@ def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None =
     spec = archiver.stream(stream)
     expected = {"_sid", spec.ts_col, *spec.columns}
     dsn = executor_dsn or os.environ.get(EXECUTOR_DSN_ENV) or archiver.db.dsn
+    writers = _Writers(StreamWriter(dsn, archiver.db.schema, spec, after_part, archiver.db.retry_seconds),
+                       ["_sid", spec.ts_col, *spec.columns])
 
     def write(batch_df, batch_id: int) -> None:
         batch_id = int(batch_id)
@@ -100,7 +102,7 @@ def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None =
                 result = archiver.append(stream, batch_id, typed.toArrow())
             else:
                 result = _write_from_executors(archiver, spec, typed, batch_id, _span_us(archiver, spec, typed),
-                                               dsn, after_part)
+                                               writers)
         if on_batch is not None:
             on_batch(result, batch_df)
 
@@ -122,15 +124,43 @@ def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
     return archiver.fix_interval(spec.name, r["n"], timedelta(microseconds=r["hi"] - r["lo"])).span_us
 
 
-def _write_from_executors(archiver, spec, typed, batch_id, span_us, dsn, after_part):
+class _Writers:
+    """The stream's partition writers as one Python UDF column, made at the first batch
+    and reused by every later one (see :class:`archive.exec_sink.StreamWriter`)."""
+
+    def __init__(self, writer: StreamWriter, columns: list[str]) -> None:
+        self.writer, self.columns = writer, columns
+        self._column = None
+
+    def run(self, typed, batch: str) -> list:
+        """Run the writers over ``typed`` (in the stream's layout) for the batch whose
+        property value is ``batch``: one Spark job; its summary rows."""
+        from pyspark.sql import DataFrame
+
+        if self._column is None:
+            from pyspark.sql import functions as F
+            from pyspark.sql.pandas.functions import pandas_udf
+            from pyspark.util import PythonEvalType
+
+            udf = pandas_udf(self.writer, returnType=SUMMARY_SCHEMA, functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+            self._column = udf(*[F.col(c) for c in self.columns])  # by name: it binds to each batch's plan
+        session = typed.sparkSession
+        sc = session.sparkContext
+        sc.setLocalProperty(BATCH_PROPERTY, batch)  # this thread's jobs carry it to their tasks
+        try:
+            return DataFrame(typed._jdf.mapInArrow(self._column._jc, False, None), session).collect()
+        finally:
+            sc.setLocalProperty(BATCH_PROPERTY, None)
+
+
+def _write_from_executors(archiver, spec, typed, batch_id, span_us, writers: _Writers):
     if not _in_layout(typed, spec):
-        typed = typed.select("_sid", spec.ts_col, *spec.columns)
+        typed = typed.select(*writers.columns)
     created: set[int] = set()
     for _ in range(8):  # normally once: the executors create the chunks they need
         # the horizon as of now decides new chunks' tiers on the executors (see PartitionJob)
-        job = PartitionJob(dsn, archiver.db.schema, spec, batch_id, span_us, after_part, archiver.db.retry_seconds,
-                           horizon=archiver.horizon(spec.name), bulk=False)
-        missing = {c for r in typed.mapInArrow(job, SUMMARY_SCHEMA).collect() for c in (r["missing"] or ())}
+        batch = batch_property(batch_id, span_us, archiver.horizon(spec.name), bulk=False)
+        missing = {c for r in writers.run(typed, batch) for c in (r["missing"] or ())}
         if not missing:
             return archiver.commit_parts(spec.name, batch_id)
         if missing <= created:

@@ -149,12 +149,12 @@ def test_replay_after_an_executor_failed_midway_archives_each_row_once(spark, pg
 
 
 def _one_pass_only(monkeypatch, arch, df) -> list[int]:
-    """Count the partition writers' passes over a batch (``mapInArrow`` calls on the
-    driver, on the class of ``df``: each pass is a Spark job running the batch's whole
-    plan), and fail if the driver had to create a chunk itself."""
-    DataFrame = type(df)  # noqa: N806 - pyspark.sql.classic's, which overrides mapInArrow
+    """Count the partition writers' passes over a batch (each a Spark job running the
+    batch's whole plan), and fail if the driver had to create a chunk itself."""
+    from archive import spark_sink
+
     passes = []
-    real = DataFrame.mapInArrow
+    real = spark_sink._Writers.run
 
     def counted(self, *args, **kwargs):
         passes.append(1)
@@ -163,7 +163,7 @@ def _one_pass_only(monkeypatch, arch, df) -> list[int]:
     def no_driver_creation(*args, **kwargs):
         raise AssertionError(f"the driver created chunks {args}: a partition found them missing")
 
-    monkeypatch.setattr(DataFrame, "mapInArrow", counted)
+    monkeypatch.setattr(spark_sink._Writers, "run", counted)
     monkeypatch.setattr(arch, "ensure_chunks", no_driver_creation)
     return passes
 
@@ -314,3 +314,17 @@ def test_first_batch_fixes_the_streams_interval_from_its_rate(spark, pg):
         assert all(c.end - c.start == grid.span for c in infos)
     finally:
         arch.close()
+
+
+def test_a_task_without_its_batch_property_refuses_to_write(archiver):
+    """The stream's writer is one UDF for every batch; the batch id comes with the job.
+    A task that did not get it (a job the sink did not start) writes nothing."""
+    from archive.exec_sink import BATCH_PROPERTY, StreamWriter, batch_property
+
+    writer = StreamWriter("dbname=unused", "s", archiver.stream("metrics"))
+    with pytest.raises(RuntimeError, match=BATCH_PROPERTY):
+        writer.job(None)
+    horizon = T0 + timedelta(hours=2)
+    job = writer.job(batch_property(41, 3_600_000_000, horizon, bulk=True))
+    assert (job.batch_id, job.span_us, job.horizon, job.bulk, job.spec.name) == (41, 3_600_000_000, horizon, True,
+                                                                                  "metrics")
