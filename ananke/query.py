@@ -34,6 +34,11 @@ The output event time of a window is Spark's ``window_time`` (the right boundary
 one microsecond: within the window, which Theorem 4.1's footnote allows, and usable as the
 event time of a chained window). A join's output time is the later of its two inputs.
 With ``enabled=False`` the same query is built without any provenance (a baseline).
+
+With ``digest=True`` a window that reads one source through maps keeping its keys and
+event time (no filter) keeps only a digest of its provenance, resolved from the archive
+at the sink (:mod:`ananke.digest`); every other operator, and any window or join after
+such a window, uses the lists above. Both plans are built side by side and the sink picks.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from ananke.digest import DigestSpec
 from ananke.graph import OperatorGraph
 from ananke.ids import PROV, prov_struct_col, sink_id_col, spark_interval, to_timedelta
 from scheduler.errors import MoiraeError
@@ -49,6 +55,7 @@ from scheduler.errors import MoiraeError
 ZERO = timedelta(0)
 PROV_TYPE = "array<struct<id:bigint,ts:timestamp>>"
 _PROV_IDS, _PROV_TS = f"{PROV}_ids", f"{PROV}_ts"  # a window's provenance in its state
+_DIGEST_N, _DIGEST_X = f"{PROV}_n", f"{PROV}_x"  # a digest window's state (ananke.digest)
 
 
 class ProvenanceError(MoiraeError, ValueError):
@@ -58,9 +65,11 @@ class ProvenanceError(MoiraeError, ValueError):
 class ProvQuery:
     """A set of instrumented queries sharing one operator graph (and hence one U)."""
 
-    def __init__(self, enabled: bool = True) -> None:
+    def __init__(self, enabled: bool = True, digest: bool = False) -> None:
         self.graph = OperatorGraph()
         self.enabled = enabled
+        #: windows over one source keep a digest, resolved at the sink (ananke.digest)
+        self.digest = enabled and digest
         self._sinks: dict[str, ProvSink] = {}
 
     def source(self, df, stream: str, ts: str, cols: Sequence[str] | None = None,
@@ -78,7 +87,8 @@ class ProvQuery:
         if self.enabled:
             df = df.withColumn(PROV, prov_struct_col(stream, ts, cols))
         node = self.graph.add("source", stream, lateness=to_timedelta(lateness or ZERO))
-        return Provenanced(self, df, ts, node, single=self.enabled)
+        origin = Origin(stream, ts, frozenset(df.columns) - {PROV}) if self.digest else None
+        return Provenanced(self, df, ts, node, single=self.enabled, origin=origin)
 
     @property
     def U(self) -> timedelta:  # noqa: N802 - the paper's name
@@ -96,6 +106,25 @@ class ProvQuery:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """The source a stream still mirrors: its name, its event-time column, and the source
+    columns that still hold the source's values (a digest window may group by them)."""
+
+    stream: str
+    ts: str
+    columns: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """The same plan as a :class:`Provenanced`'s, with a digest window's provenance
+    (a struct per row, :mod:`ananke.digest`) in place of its list."""
+
+    df: object
+    spec: DigestSpec
+
+
+@dataclass(frozen=True)
 class Provenanced:
     """An instrumented streaming DataFrame: the plan, its event-time column, its node."""
 
@@ -105,11 +134,26 @@ class Provenanced:
     node: int
     #: the provenance column is one struct (a source tuple's own), not an array of them
     single: bool = False
+    #: set while the stream is its source's tuples, keys and time unchanged (digest mode)
+    origin: Origin | None = None
+    #: the digest plan, after a digest window and the filters and maps that followed it
+    lazy: Lazy | None = None
 
     def _next(self, df, kind: str, name: str, lag: timedelta = ZERO, ts: str | None = None,
-              single: bool | None = None, **params) -> Provenanced:
+              single: bool | None = None, origin: Origin | None = None, lazy=None, **params) -> Provenanced:
+        """The next operator's stream. ``lazy`` maps this stream's digest plan to the
+        next one's (the same operator applied to it); without it the digest plan ends."""
         node = self.query.graph.add(kind, name, [(self.node, lag)], **params)
-        return Provenanced(self.query, df, ts or self.ts, node, self.single if single is None else single)
+        nxt = None
+        if lazy is not None and self.lazy is not None:
+            from pyspark.errors import AnalysisException
+
+            try:
+                nxt = Lazy(lazy(self.lazy.df), self.lazy.spec)
+            except AnalysisException:  # an expression bound to the list plan's columns: lists then
+                nxt = None
+        return Provenanced(self.query, df, ts or self.ts, node, self.single if single is None else single,
+                           origin, nxt)
 
     def _prov_array(self, col):
         """This stream's provenance (the column ``col``) as an array."""
@@ -124,20 +168,30 @@ class Provenanced:
 
     def filter(self, condition, name: str = "filter") -> Provenanced:
         """Forward tuples for which ``condition`` holds; provenance unchanged."""
-        return self._next(self.df.filter(condition), "filter", name)
+        return self._next(self.df.filter(condition), "filter", name, lazy=lambda d: d.filter(condition))
 
     def select(self, *cols, name: str = "map") -> Provenanced:
         """A Map: project / compute columns. The event-time column is kept even if not named."""
         out = self.df.select(*cols).columns
         extra = [] if self.ts in out else [self.ts]
         prov = [PROV] if self.query.enabled else []
-        return self._next(self.df.select(*cols, *extra, *prov), "map", name)
+        origin = None
+        named = {c for c in cols if isinstance(c, str)}
+        if self.origin is not None and (self.ts in named or self.ts not in out):  # an expression named ts is a new time
+            # only columns named plainly keep the source's values
+            origin = Origin(self.origin.stream, self.origin.ts, self.origin.columns & (named | {self.ts}))
+        return self._next(self.df.select(*cols, *extra, *prov), "map", name, origin=origin,
+                          lazy=lambda d: d.select(*cols, *extra, *prov))
 
     def with_column(self, name_: str, expr, name: str = "map") -> Provenanced:
         """A Map adding (or replacing) one column."""
         if name_ in (PROV, self.ts):
             raise ProvenanceError(f"column {name_!r} is managed by the wrappers and cannot be replaced")
-        return self._next(self.df.withColumn(name_, expr), "map", name)
+        origin = None
+        if self.origin is not None:
+            origin = Origin(self.origin.stream, self.origin.ts, self.origin.columns - {name_})
+        return self._next(self.df.withColumn(name_, expr), "map", name, origin=origin,
+                          lazy=lambda d: d.withColumn(name_, expr))
 
     def window(self, size: timedelta | str, slide: timedelta | str | None = None, keys: Sequence[str] = (),
                aggs: Sequence = (), ts_out: str | None = None, bounds: bool = False,
@@ -168,7 +222,27 @@ class Provenanced:
         agg_names = [c for c in grouped.columns if c not in ("window", PROV, _PROV_IDS, _PROV_TS, *keys)]
         extra = [F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end")] if bounds else []
         df = grouped.select(*keys, *agg_names, F.window_time("window").alias(ts_out), *extra, *prov_out)
-        return self._next(df, "window", name, lag=size_td, ts=ts_out, single=False, size=size_td, slide=slide_td)
+        out = self._next(df, "window", name, lag=size_td, ts=ts_out, single=False, size=size_td, slide=slide_td)
+        lazy = self._digest_window(win, keys, aggs, agg_names, ts_out, extra)
+        return out if lazy is None else Provenanced(out.query, out.df, out.ts, out.node, out.single, None, lazy)
+
+    def _digest_window(self, win, keys: Sequence[str], aggs: Sequence, agg_names: list[str], ts_out: str,
+                       extra: list) -> Lazy | None:
+        """The window's digest plan (:mod:`ananke.digest`), when its input is one source's
+        tuples with the keys and the event time unchanged, and the query asks for digests."""
+        from pyspark.sql import functions as F
+
+        o = self.origin
+        if (not self.query.digest or not self.single or o is None or o.ts != self.ts
+                or not all(isinstance(k, str) and k in o.columns for k in keys)):
+            return None
+        grouped = self.df.groupBy(win.alias("window"), *keys).agg(
+            *aggs, F.count(F.lit(1)).alias(_DIGEST_N), F.bit_xor(F.col(f"{PROV}.id")).alias(_DIGEST_X))
+        digest = F.struct(F.col(_DIGEST_N).alias("n"), F.col(_DIGEST_X).alias("x"),
+                          F.col("window.start").alias("lo"), F.col("window.end").alias("hi"),
+                          F.struct(*[F.col(k).alias(f"k{i}") for i, k in enumerate(keys)]).alias("k"))
+        df = grouped.select(*keys, *agg_names, F.window_time("window").alias(ts_out), *extra, digest.alias(PROV))
+        return Lazy(df, DigestSpec(o.stream, o.ts, tuple(keys)))
 
     def join(self, other: Provenanced, on: Sequence[str], lower: timedelta | str, upper: timedelta | str,
              ts_out: str = "ts", right_prefix: str = "r_", name: str = "join") -> Provenanced:
@@ -210,6 +284,10 @@ class Provenanced:
         from pyspark.sql import functions as F
 
         node = self.query.graph.add("sink", name, [(self.node, ZERO)])
+        if self.lazy is not None:
+            sink = ProvSink(self.query, name, self.lazy.df, self.ts, node, self.lazy.spec)
+            self.query._sinks[name] = sink
+            return sink
         df = self.df.withColumn(PROV, self._prov_array(F.col(PROV))) if self.single and self.query.enabled else self.df
         sink = ProvSink(self.query, name, df, self.ts, node)
         self.query._sinks[name] = sink
@@ -225,6 +303,8 @@ class ProvSink:
     df: object
     ts: str
     node: int
+    #: set when the sink's provenance is a window digest, resolved at the sink (ananke.digest)
+    digest: DigestSpec | None = None
 
     @property
     def payload_columns(self) -> list[str]:

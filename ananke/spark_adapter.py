@@ -21,9 +21,10 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ananke.ank1 import Ank1Logic
+from ananke.digest import Digest, Resolver
 from ananke.ids import PROV, from_micros
 from ananke.items import SinkTuple
-from ananke.query import ProvSink
+from ananke.query import ProvenanceError, ProvSink
 
 Deliver = Callable[[object, int], None]
 
@@ -44,12 +45,13 @@ def progress_watermark(progress: dict | None) -> datetime | None:
     return datetime.fromisoformat(wm.replace("Z", "+00:00"))
 
 
-def collect_sink_rows(sink: ProvSink, batch_df) -> list[tuple[SinkTuple, list[tuple[int, datetime]]]]:
+def collect_sink_rows(sink: ProvSink, batch_df, resolve: Resolver | None = None
+                      ) -> list[tuple[SinkTuple, list[tuple[int, datetime]]]]:
     """The batch's sink tuples (id, event time, payload) with their provenance lists."""
-    return collect_batch(sink, batch_df)[1]
+    return collect_batch(sink, batch_df, resolve)[1]
 
 
-def collect_batch(sink: ProvSink, batch_df):
+def collect_batch(sink: ProvSink, batch_df, resolve: Resolver | None = None):
     """One Spark job: the batch's sink rows as a pandas frame (payload and event time, as
     the sink's consumer sees them) and, for ANK-1, the same rows as sink tuples with their
     provenance lists. The rows leave the JVM as Arrow, once; a foreachBatch that ran a
@@ -61,8 +63,18 @@ def collect_batch(sink: ProvSink, batch_df):
     run it) is collected as it is: no new projection, so Spark does not analyse and
     optimise the query's whole plan once more every batch, which cost about 90 ms a
     batch on Linear Road (12 % of its throughput, the bench.provenance ANK-1 overhead).
-    Event times and the provenance pairs become microseconds in Arrow."""
-    import pyarrow.compute as pc
+    Event times and the provenance pairs become microseconds in Arrow.
+
+    A sink whose provenance is window digests (``sink.digest``) needs ``resolve``, which
+    turns them into the source tuples (:mod:`ananke.digest`)."""
+    if sink.digest is not None and resolve is None:
+        raise ProvenanceError(f"sink {sink.name!r} carries window digests: give a resolver (ananke.digest)")
+    frame, table = _collect(sink, batch_df)
+    return frame, sink_rows(sink, table, resolve)
+
+
+def _collect(sink: ProvSink, batch_df):
+    """The batch as Arrow (one Spark job) and its payload and event time as pandas."""
     from pyspark.sql import functions as F
 
     payload = sink.payload_columns
@@ -70,9 +82,20 @@ def collect_batch(sink: ProvSink, batch_df):
         table = batch_df.toArrow()
     else:  # one projection (one more analysis of the plan) adds the ids
         table = batch_df.select(*payload, F.col(sink.ts), F.col(PROV), _sink_id_expr(sink).alias("_sink_id")).toArrow()
-    frame = table.select([*payload, sink.ts]).to_pandas()
+    return table.select([*payload, sink.ts]).to_pandas(), table
+
+
+def sink_rows(sink: ProvSink, table, resolve: Resolver | None = None
+              ) -> list[tuple[SinkTuple, list[tuple[int, datetime]]]]:
+    """The sink tuples of a collected batch with their provenance lists (window digests
+    resolved by ``resolve``)."""
+    import pyarrow.compute as pc
+
     if table.num_rows == 0:
-        return frame, []
+        return []
+    if sink.digest is not None:
+        return _resolved(sink, table, resolve)
+    payload = sink.payload_columns
     prov = table.column(PROV).combine_chunks()
     lengths = pc.fill_null(pc.list_value_length(prov), 0).to_numpy(zero_copy_only=False)
     flat = pc.list_flatten(prov)
@@ -86,7 +109,23 @@ def collect_batch(sink: ProvSink, batch_df):
         st = SinkTuple(sink_ids[i], from_micros(ts_us[i]), records[i])
         out.append((st, [(ids[j], from_micros(uss[j])) for j in range(pos, pos + int(n))]))
         pos += int(n)
-    return frame, out
+    return out
+
+
+def _resolved(sink: ProvSink, table, resolve: Resolver) -> list[tuple[SinkTuple, list[tuple[int, datetime]]]]:
+    """The sink tuples of ``table`` with the provenance their window digests resolve to."""
+    payload = sink.payload_columns
+    prov = table.column(PROV).combine_chunks()
+    keys = prov.field("k")
+    key_cols = [keys.field(i).to_pylist() for i in range(keys.type.num_fields)]
+    digests = [Digest(tuple(col[i] for col in key_cols), lo, hi, n, x) for i, (lo, hi, n, x) in enumerate(zip(
+        _micros(prov.field("lo")).to_pylist(), _micros(prov.field("hi")).to_pylist(),
+        prov.field("n").to_pylist(), prov.field("x").to_pylist(), strict=True))]
+    lists = resolve(sink.digest, digests)
+    sink_ids = table.column("_sink_id").to_pylist()
+    ts_us = _micros(table.column(sink.ts).combine_chunks()).to_pylist()
+    records = table.select(payload).to_pylist()
+    return [(SinkTuple(sink_ids[i], from_micros(ts_us[i]), records[i]), lists[i]) for i in range(table.num_rows)]
 
 
 def _micros(arr):
@@ -124,12 +163,15 @@ class Ank1SparkSink:
     """
 
     def __init__(self, sink: ProvSink, logic: Ank1Logic, deliver: Deliver | None = None,
-                 deliver_frame: Deliver | None = None) -> None:
+                 deliver_frame: Deliver | None = None, resolve: Resolver | None = None) -> None:
+        if sink.digest is not None and resolve is None:
+            raise ProvenanceError(f"sink {sink.name!r} carries window digests: give a resolver (ananke.digest)")
         self.sink = sink
+        self.resolve = resolve
         self.logic = logic
         self.deliver = deliver
         self.deliver_frame = deliver_frame
-        self.seconds = {"collect": 0.0, "ank1": 0.0}  # driver time per phase, summed over batches
+        self.seconds = {"collect": 0.0, "resolve": 0.0, "ank1": 0.0}  # driver time per phase, summed over batches
         self.query = None
         self.last_batch = -1
         self.rows = 0
@@ -145,10 +187,13 @@ class Ank1SparkSink:
         if self.deliver is not None:
             self.deliver(batch_df, batch_id)
         t0 = time.perf_counter()
-        frame, rows = collect_batch(self.sink, batch_df)
+        frame, table = _collect(self.sink, batch_df)
         self.seconds["collect"] += time.perf_counter() - t0
-        if self.deliver_frame is not None:
+        if self.deliver_frame is not None:  # the events first: resolving digests may wait for the archive
             self.deliver_frame(frame, batch_id)
+        t0 = time.perf_counter()
+        rows = sink_rows(self.sink, table, self.resolve)
+        self.seconds["resolve"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         with self.logic.lock, self.logic.batched():  # the batch's graph in one transaction
             for st, prov in rows:
