@@ -166,6 +166,7 @@ class SimilarityConfig:
 class AnankeConfig:
     enabled: bool = True
     variant: str = field(default="ank1", metadata=_check(_one_of("ank1", "ankn")))
+    window_provenance: str = field(default="archive", metadata=_check(_one_of("archive", "state")))
 
 
 @dataclass(frozen=True)

@@ -269,7 +269,9 @@ class Engine:
                      "timeouts_by_stream": dict(self.waits["timeouts_by_stream"])}
             upto = {s: t.isoformat() for s, t in self._archived_upto.items()}
             waits["now"] = [{"until": ts.isoformat(), "streams": streams} for ts, streams in self._waiting.values()]
-        flows = {n: {"events": f.events_seen, "seconds": f.timings()} for n, f in self.deploy.flows.items()}
+        flows = {n: {"events": f.events_seen, "seconds": f.timings(),
+                     **({"window_provenance": f.resolver.status()} if f.resolver is not None else {})}
+                 for n, f in self.deploy.flows.items()}
         disk = self.supervisor.status()
         w = self.deploy.worker
         worker = {"running": w.running, "pending_batches": w.pending(), "batches": w.batches, "errors": w.errors,

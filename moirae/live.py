@@ -6,7 +6,9 @@ events with their provenance in one Spark job (Arrow), then:
 
 1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id; an
    event the replica task materialized first is superseded, so stored once);
-2. feeds the sink tuples, their provenance and the sink watermark to ANK-1, which
+2. feeds the sink tuples, their provenance (a window over one source keeps only a
+   digest of it in Spark, and the window's source tuples are read back from the archive,
+   :mod:`moirae.window_provenance`) and the sink watermark to ANK-1, which
    writes the live provenance graph and moves this query's expiry horizon
    ``W - U`` (A 5.1); with ``ananke.variant: ankn`` ANK-N (A 5.2) writes the graph
    instead, as a second streaming query of Spark's own operators over the same sink
@@ -35,6 +37,7 @@ from ananke.store import GraphStore
 from archive.spark_sink import spec_from_spark_schema
 from archive.validate import storable_rows
 from moirae.hybrid import EventQuery, QueryDefinitionError, event_stream
+from moirae.window_provenance import ArchiveResolver
 
 
 class EventFlow:
@@ -43,7 +46,10 @@ class EventFlow:
     def __init__(self, engine, query: EventQuery, provenance: bool = True) -> None:
         self.engine = engine
         self.query = query
-        self.pq = ProvQuery(enabled=provenance)
+        self.variant = engine.settings.ananke.variant if provenance else None
+        # ANK-1's windows over one source keep a digest, resolved from the archive (ananke.digest)
+        digest = self.variant == "ank1" and engine.settings.ananke.window_provenance == "archive"
+        self.pq = ProvQuery(enabled=provenance, digest=digest)
         inputs = []
         for name in query.inputs:
             src = engine._sources.get(name)
@@ -69,8 +75,8 @@ class EventFlow:
                                                                kind="event", indexes=[(query.eid,)]))
         self.logic = None
         self.graph: GraphStore | None = None
-        self.variant = engine.settings.ananke.variant if provenance else None
         self.ankn: AnkNSparkSink | None = None
+        self.resolver = ArchiveResolver(engine, self.sink.digest) if self.sink.digest is not None else None
         self.ankn_streaming = None
         self._emitted_wm: datetime | None = None  # the highest seen by emitted_below
         if provenance:
@@ -79,7 +85,7 @@ class EventFlow:
                 self.ankn = AnkNSparkSink(self.sink, emit=self.graph, U=self.pq.U)
             else:
                 self.logic = Ank1.from_query(self.pq).build(emit=self.graph)
-        self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver)
+        self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver, resolve=self.resolver)
                         if self.logic is not None else None)
         self.streaming = None
         self._batch_started: float | None = None

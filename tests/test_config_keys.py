@@ -110,6 +110,8 @@ EFFECTS: dict[str, Effect] = {
     "ananke.enabled": Effect("tests/moirae/test_config_effects.py::test_ananke_enabled_and_variant_choose_the_"
                              "provenance"),
     "ananke.variant": Effect("tests/moirae/test_ankn_live.py::test_ankn_variant_writes_the_live_provenance_graph"),
+    "ananke.window_provenance": Effect("tests/moirae/test_window_digest_live.py::test_archive_resolved_window_"
+                                       "provenance_equals_the_state_list"),
     "api.host": Effect("tests/api/test_api_auth.py::test_mutations_need_the_bearer_token", "localhost",
                        lambda e: _served(e)[0]),
     "api.port": Effect("tests/test_config_keys.py::test_probe", "FREE", lambda e: _served(e)[1]),

@@ -1,0 +1,92 @@
+"""The resolver of window digests for a live event-query (ananke.digest, A 5.1 on Moirae).
+
+A sink batch's windows that kept only a digest get their source tuples from the archive
+(:func:`archive.contributors.window_rows`), matched against the digest
+(:func:`ananke.digest.match`). Before reading, the engine waits for the source's
+archive to reach the newest window's end, as it does for context-queries; a window whose
+tuples are still short of its count is read again, with backoff, until the same timeout.
+
+Nothing is dropped silently: a window that cannot be matched gets every candidate the
+archive holds (a superset when Spark dropped tuples the digest could not single out,
+a subset when the archive never caught up), is logged with its key and bounds, and is
+counted in :attr:`ArchiveResolver.stats` (shown by ``/api/status``'s live section).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+from ananke.digest import Digest, DigestSpec, match
+from ananke.ids import from_micros
+from archive.contributors import ensure_time_index, window_rows
+
+log = logging.getLogger(__name__)
+
+
+class ArchiveResolver:
+    """Resolves one event-query's window digests against the engine's archive."""
+
+    def __init__(self, engine, spec: DigestSpec) -> None:
+        self.engine = engine
+        self.spec = spec
+        ensure_time_index(engine.archiver, spec.stream)
+        self._lock = threading.Lock()
+        #: windows resolved; read again after waiting; tuples removed as dropped by Spark;
+        #: windows left unmatched; seconds spent waiting for the archive
+        self.stats = {"windows": 0, "reread": 0, "late_removed": 0, "unmatched": 0, "wait_seconds": 0.0}
+
+    def timeout(self) -> float:
+        """How long to wait for the archive: as for context-queries (moirae.deploy)."""
+        return 5 * self.engine.settings.spark.trigger.total_seconds() + 2
+
+    def __call__(self, spec: DigestSpec, digests: Sequence[Digest]) -> list[list[tuple[int, datetime]]]:
+        if spec != self.spec:
+            raise ValueError(f"resolver of {self.spec} given digests of {spec}")
+        if not digests:
+            return []
+        windows = [(d.keys, from_micros(d.lo_us), from_micros(d.hi_us)) for d in digests]
+        timeout = self.timeout()
+        t0 = time.monotonic()
+        self.engine.wait_archived([spec.stream], max(w[2] for w in windows), timeout,
+                                  why=f"provenance of {len(digests)} window(s) of {spec.stream!r}")
+        deadline = t0 + timeout
+        out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
+        pending, delay, reread = list(range(len(digests))), 0.05, 0
+        while pending:
+            rows = window_rows(self.engine.archiver, spec.stream, spec.keys, [windows[i] for i in pending])
+            short = []
+            for i, cands in zip(pending, rows, strict=True):
+                d = digests[i]
+                m = match(cands, d.n, d.x)
+                if m.rows is not None:
+                    out[i] = [(sid, ts) for sid, ts, _ in m.rows]
+                    with self._lock:
+                        self.stats["late_removed"] += m.removed
+                elif m.short and time.monotonic() + delay < deadline:
+                    short.append(i)
+                else:
+                    out[i] = [(sid, ts) for sid, ts, _ in cands]
+                    with self._lock:
+                        self.stats["unmatched"] += 1
+                    log.warning("moirae: provenance of the window %s..%s of %r keys %s=%s: the archive holds %d "
+                                "tuple(s), the window aggregated %d with another id XOR; taking the archive's",
+                                windows[i][1].isoformat(), windows[i][2].isoformat(), spec.stream, list(spec.keys),
+                                list(d.keys), len(cands), d.n)
+            if short:
+                reread += len(short)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            pending = short
+        with self._lock:
+            self.stats["windows"] += len(digests)
+            self.stats["reread"] += reread
+            self.stats["wait_seconds"] += time.monotonic() - t0
+        return out  # type: ignore[return-value]
+
+    def status(self) -> dict:
+        with self._lock:
+            return {**self.stats, "wait_seconds": round(self.stats["wait_seconds"], 3)}
