@@ -1,8 +1,8 @@
 """The engine on Spark's JVM ``rate`` source (issue 11 §1): how much of plain Spark's
 capacity each layer of the engine keeps.
 
-The source is Spark's ``rate`` source shaped like the metrics stream: ``ts`` (the rate
-source's timestamp), ``sid`` (1000 keys) and ``bw`` (0-99, plus 1000 on 5 hot keys).
+The source is Spark's ``rate`` source shaped like the metrics stream: ``ts`` (from the
+row's sequence number and the offered rate, the same in every query reading it), ``sid`` (1000 keys) and ``bw`` (0-99, plus 1000 on 5 hot keys).
 The event-query is a 5-second tumbling average of ``bw`` per ``sid`` and a filter
 (``avg_bw > 500``): the 5 hot keys fire one alert per second. A second, small rate
 stream ``users`` (sid, user; 50 rows/s on the hot keys) is the context input.
@@ -50,20 +50,35 @@ CONFIGS = ("plain", "archive", "provenance", "full")
 TRIGGER_S = 2.0  # a stateful micro-batch of the engine costs ~1 s here at any size (see --trigger)
 
 
-def rate_metrics(spark, rate: int):
+def _event_time(rate: int, base_us: int):
+    """Row ``value``'s event time: ``base_us`` plus value / rate seconds. Not the rate
+    source's own ``timestamp``, which each streaming query stamps from its own start: the
+    engine's archive query and its event-query read the source apart, and with that column
+    they saw the same row at different times, so different tuples (the window digests'
+    check found every window's ids differing from the archive's, ananke.digest)."""
     from pyspark.sql import functions as F
 
+    return F.timestamp_micros(F.lit(int(base_us)) + F.expr(f"value * 1000000 div {int(rate)}"))
+
+
+def rate_metrics(spark, rate: int, base_us: int | None = None):
+    from pyspark.sql import functions as F
+
+    base_us = time.time_ns() // 1000 if base_us is None else base_us
     df = spark.readStream.format("rate").option("rowsPerSecond", int(rate)).option("numPartitions", 2).load()
     sid = F.col("value") % KEYS
     bw = (F.abs(F.xxhash64("value")) % 100) + F.when(sid < HOT, 1000).otherwise(0)
-    return df.select(F.col("timestamp").alias("ts"), sid.cast("bigint").alias("sid"), bw.cast("double").alias("bw"))
+    return df.select(_event_time(rate, base_us).alias("ts"), sid.cast("bigint").alias("sid"),
+                     bw.cast("double").alias("bw"))
 
 
-def rate_users(spark):
+def rate_users(spark, base_us: int | None = None):
     from pyspark.sql import functions as F
 
+    base_us = time.time_ns() // 1000 if base_us is None else base_us
     df = spark.readStream.format("rate").option("rowsPerSecond", USERS_RATE).option("numPartitions", 1).load()
-    return df.select(F.col("timestamp").alias("ts"), (F.col("value") % (2 * HOT)).cast("bigint").alias("sid"),
+    return df.select(_event_time(USERS_RATE, base_us).alias("ts"),
+                     (F.col("value") % (2 * HOT)).cast("bigint").alias("sid"),
                      F.concat(F.lit("u"), ((F.col("value") / 10).cast("bigint") % 7).cast("string")).alias("user"))
 
 
@@ -115,8 +130,10 @@ class Run:
         e = self.engine = b.engine(self.config, spark={"trigger": f"{int(TRIGGER_S * 1000)}ms"}, archive=self.archive,
                                    ananke={"enabled": self.config != "archive"})
         spark = e.spark
-        e.source("metrics", rate_metrics(spark, self.rate), ts="ts", lateness="2 seconds", indexes=[("sid",)])
-        e.source("users", rate_users(spark), ts="ts", lateness="2 seconds", indexes=[("sid",)])
+        base_us = time.time_ns() // 1000  # one clock for both reads of each source (_event_time)
+        e.source("metrics", rate_metrics(spark, self.rate, base_us), ts="ts", lateness="2 seconds",
+                 indexes=[("sid",)])
+        e.source("users", rate_users(spark, base_us), ts="ts", lateness="2 seconds", indexes=[("sid",)])
         if self.config in ("provenance", "full"):
             e.event_query("overload", overload, inputs=["metrics"])
         if self.config == "full":
