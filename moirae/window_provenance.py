@@ -38,6 +38,8 @@ class ArchiveResolver:
         #: windows resolved; read again after waiting; tuples removed as dropped by Spark;
         #: windows left unmatched; seconds spent waiting for the archive
         self.stats = {"windows": 0, "reread": 0, "late_removed": 0, "unmatched": 0, "wait_seconds": 0.0}
+        self._logged = -1e9  # monotonic time of the last unmatched-window line
+        self._quiet = 0  # unmatched windows counted since then
 
     def timeout(self) -> float:
         """How long to wait for the archive: as for context-queries (moirae.deploy)."""
@@ -70,12 +72,7 @@ class ArchiveResolver:
                     short.append(i)
                 else:
                     out[i] = [(sid, ts) for sid, ts, _ in cands]
-                    with self._lock:
-                        self.stats["unmatched"] += 1
-                    log.warning("moirae: provenance of the window %s..%s of %r keys %s=%s: the archive holds %d "
-                                "tuple(s), the window aggregated %d with another id XOR; taking the archive's",
-                                windows[i][1].isoformat(), windows[i][2].isoformat(), spec.stream, list(spec.keys),
-                                list(d.keys), len(cands), d.n)
+                    self._unmatched(windows[i], d, len(cands))
             if short:
                 reread += len(short)
                 time.sleep(delay)
@@ -86,6 +83,23 @@ class ArchiveResolver:
             self.stats["reread"] += reread
             self.stats["wait_seconds"] += time.monotonic() - t0
         return out  # type: ignore[return-value]
+
+    def _unmatched(self, window, d: Digest, have: int) -> None:
+        """Count an unmatched window; log it, or (within a minute of the last line) only
+        count it for the next line, so a source that never matches does not flood the log."""
+        now = time.monotonic()
+        with self._lock:
+            self.stats["unmatched"] += 1
+            self._quiet += 1
+            if now - self._logged < 60:
+                return
+            quiet, self._quiet, self._logged = self._quiet - 1, 0, now
+        log.warning("moirae: provenance of the window %s..%s of %r keys %s=%s: the archive holds %d tuple(s), the "
+                    "window aggregated %d%s; taking the archive's (a source that gives each streaming query other "
+                    "rows, such as one stamped with the query's own clock, does this)%s",
+                    window[1].isoformat(), window[2].isoformat(), self.spec.stream, list(self.spec.keys),
+                    list(d.keys), have, d.n, " with another id XOR" if have == d.n else "",
+                    f"; {quiet} more unmatched window(s) since the last such line" if quiet else "")
 
     def status(self) -> dict:
         with self._lock:
