@@ -66,9 +66,15 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
         raise KeyError(f"stream {stream!r} has no column(s) {missing} (columns: {list(spec.columns)})")
     out: list[list[tuple[int, datetime, int]]] = [[] for _ in windows]
     ts = quote(spec.ts_col)
-    with archiver.db.connection() as conn, conn.cursor() as cur:
-        if summarize:
+    if summarize:
+        with archiver.db.connection() as conn, conn.cursor() as cur:
             _summarize(archiver, cur, stream, min(w[1] for w in windows), max(w[2] for w in windows))
+    with archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
+        # a fresh chunk has no statistics, and without them the planner scans the whole chunk
+        # rather than the BRIN ranges of the windows (393 against 228 ms for 5 s of a 20 s
+        # chunk at 640,000 rows/s); JIT compiling took another 15-25 ms of such a read
+        cur.execute("SET LOCAL enable_seqscan = off")
+        cur.execute("SET LOCAL jit = off")
         plain = [i for i, w in enumerate(windows) if all(v is not None for v in w[0])]
         if plain:
             from psycopg2.extras import execute_values
