@@ -80,3 +80,14 @@ def test_windows_keep_a_digest_only_over_one_source_with_keys_and_time_unchanged
     assert twice.digest is None and twice.df.schema["_prov"].dataType.simpleString().startswith("array")
     assert sink(lambda s: win(s), digest=False).digest is None
     assert ProvQuery(enabled=False, digest=True).digest is False
+
+    from ananke.ank1 import Ank1
+    from ananke.query import ProvenanceError
+    from ananke.spark_adapter import Ank1SparkSink, collect_batch
+
+    q = ProvQuery(digest=True)
+    s = win(q.source(df, "metrics", "ts", lateness="1 minute")).sink("s")
+    with pytest.raises(ProvenanceError, match="give a resolver"):
+        Ank1SparkSink(s, Ank1.from_query(q).build())
+    with pytest.raises(ProvenanceError, match="give a resolver"):
+        collect_batch(s, s.df)

@@ -67,7 +67,7 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     assert r.timeout() == pytest.approx(2.5)
     short = r(SPEC, [_digest(0, _ids(engine, 0), n=6)])  # the archive never gets the 6th
     assert len(short[0]) == 4
-    assert r.status()["unmatched"] == 1 and r.status()["reread"] >= 3 and r.status()["wait_seconds"] >= 1
+    assert r.status()["unmatched"] == 1 and r.status()["reread"] >= 3 and r.status()["read_seconds"] >= 1
     assert len(caplog.records) == 1 and "holds 4 tuple(s), the window aggregated 6" in caplog.text
     wrong = r(SPEC, [Digest((0,), micros(T0), micros(T0 + timedelta(seconds=10)), 4, 12345)])
     assert len(wrong[0]) == 4 and r.status()["unmatched"] == 2
