@@ -4,7 +4,9 @@ A sink batch's windows that kept only a digest get their source tuples from the 
 (:func:`archive.contributors.window_rows`), matched against the digest
 (:func:`ananke.digest.match`). Before reading, the engine waits for the source's
 archive to reach the newest window's end, as it does for context-queries; a window whose
-tuples are still short of its count is read again, with backoff, until the same timeout.
+tuples are still short of its count is read again, with backoff, until the same timeout
+(not once :data:`MISSES_BEFORE_NO_REREAD` windows in a row went unmatched: that source
+gives the event-query other rows than the archive, and each batch would stall).
 
 Nothing is dropped silently: a window that cannot be matched gets every candidate the
 archive holds (a superset when Spark dropped tuples the digest could not single out,
@@ -26,6 +28,10 @@ from archive.contributors import ensure_time_index, window_rows
 
 log = logging.getLogger(__name__)
 
+#: after this many unmatched windows in a row (and until one matches), a short window is
+#: not read again: it is taken as the archive holds it at once
+MISSES_BEFORE_NO_REREAD = 3
+
 
 class ArchiveResolver:
     """Resolves one event-query's window digests against the engine's archive."""
@@ -42,6 +48,7 @@ class ArchiveResolver:
                       "read_seconds": 0.0}
         self._logged = -1e9  # monotonic time of the last unmatched-window line
         self._quiet = 0  # unmatched windows counted since then
+        self._misses = 0  # unmatched windows since the last matched one
 
     def timeout(self) -> float:
         """How long to wait for the archive: as for context-queries (moirae.deploy)."""
@@ -58,7 +65,9 @@ class ArchiveResolver:
         self.engine.wait_archived([spec.stream], max(w[2] for w in windows), timeout,
                                   why=f"provenance of {len(digests)} window(s) of {spec.stream!r}")
         waited = time.monotonic() - t0
-        deadline = t0 + timeout
+        # a stream whose last windows all went unmatched gives this query other rows than
+        # its archive (a source sampled per query): rereading would only stall each batch
+        deadline = t0 + timeout if self._misses < MISSES_BEFORE_NO_REREAD else 0.0
         out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
         pending, delay, reread = list(range(len(digests))), 0.05, 0
         while pending:
@@ -71,6 +80,7 @@ class ArchiveResolver:
                     out[i] = [(sid, ts) for sid, ts, _ in m.rows]
                     with self._lock:
                         self.stats["late_removed"] += m.removed
+                        self._misses = 0
                 elif m.short and time.monotonic() + delay < deadline:
                     short.append(i)
                 else:
@@ -94,6 +104,7 @@ class ArchiveResolver:
         now = time.monotonic()
         with self._lock:
             self.stats["unmatched"] += 1
+            self._misses += 1
             self._quiet += 1
             if now - self._logged < 60:
                 return

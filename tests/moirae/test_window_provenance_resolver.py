@@ -72,5 +72,11 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     wrong = r(SPEC, [Digest((0,), micros(T0), micros(T0 + timedelta(seconds=10)), 4, 12345)])
     assert len(wrong[0]) == 4 and r.status()["unmatched"] == 2
     assert len(caplog.records) == 1  # counted, not logged again within the minute
+    r(SPEC, [Digest((0,), micros(T0), micros(T0 + timedelta(seconds=10)), 4, 777)])  # a third miss in a row
+    before = r.status()["reread"]
+    short = r(SPEC, [_digest(0, _ids(engine, 0), n=6)])  # taken at once now: no reread, no stall
+    assert len(short[0]) == 4 and r.status()["reread"] == before and r.status()["unmatched"] == 4
+    r(SPEC, [_digest(0, _ids(engine, 0))])  # a match: short windows are reread again
+    assert r._misses == 0
     with pytest.raises(ValueError, match="resolver of"):
         r(DigestSpec("metrics", "ts", ("bw",)), [])
