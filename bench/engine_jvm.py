@@ -571,7 +571,8 @@ def markdown(data: dict) -> str:
         if phases:
             lines += ["", "Where the event-query's driver time goes (seconds summed over the first run's batches; "
                       "`collect` is the Spark job that computes the windowed aggregate with its provenance and "
-                      "brings the sink rows to the driver):", ""]
+                      "brings the sink rows to the driver; `resolve` reads the window digests' source tuples back "
+                      "from the archive, or turns the lists into ANK-1's input):", ""]
             for cfg, r in phases:
                 for q, v in r["live"]["event_queries"].items():
                     parts = ", ".join(f"{k} {s:.1f}" for k, s in v["seconds"].items())
