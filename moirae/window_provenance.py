@@ -69,7 +69,14 @@ class ArchiveResolver:
         # its archive (a source sampled per query): rereading would only stall each batch
         deadline = t0 + timeout if self._misses < MISSES_BEFORE_NO_REREAD else 0.0
         out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
-        pending, delay, reread = list(range(len(digests))), 0.05, 0
+        pending, delay, reread = [], 0.05, 0
+        for i, d in enumerate(digests):
+            if any(isinstance(v, str) and "\x00" in v for v in d.keys):  # dead letters: PostgreSQL holds no NUL
+                out[i] = []
+                self._unmatched(windows[i], d, 0, "its key holds a NUL, which PostgreSQL text cannot: its tuples "
+                                                  "are dead letters")
+            else:
+                pending.append(i)
         while pending:
             rows = window_rows(self.engine.archiver, spec.stream, spec.keys, [windows[i] for i in pending])
             short = []
@@ -98,7 +105,7 @@ class ArchiveResolver:
             self.stats["read_seconds"] += time.monotonic() - t0 - waited
         return out  # type: ignore[return-value]
 
-    def _unmatched(self, window, d: Digest, have: int) -> None:
+    def _unmatched(self, window, d: Digest, have: int, why: str = "") -> None:
         """Count an unmatched window; log it, or (within a minute of the last line) only
         count it for the next line, so a source that never matches does not flood the log."""
         now = time.monotonic()
@@ -110,10 +117,11 @@ class ArchiveResolver:
                 return
             quiet, self._quiet, self._logged = self._quiet - 1, 0, now
         log.warning("moirae: provenance of the window %s..%s of %r keys %s=%s: the archive holds %d tuple(s), the "
-                    "window aggregated %d%s; taking the archive's (a source that gives each streaming query other "
-                    "rows, such as one stamped with the query's own clock, does this)%s",
+                    "window aggregated %d%s; taking the archive's (%s)%s",
                     window[1].isoformat(), window[2].isoformat(), self.spec.stream, list(self.spec.keys),
                     list(d.keys), have, d.n, " with another id XOR" if have == d.n else "",
+                    why or "a source that gives each streaming query other rows, such as one stamped with the "
+                    "query's own clock, does this",
                     f"; {quiet} more unmatched window(s) since the last such line" if quiet else "")
 
     def status(self) -> dict:

@@ -47,8 +47,10 @@ def test_window_rows_reads_a_null_key_and_refuses_an_unknown_column(archiver):
     frame = rows(6, step=timedelta(minutes=1))
     frame.loc[frame.index[:2], "host"] = None
     _archive(archiver, [frame])
-    got = window_rows(archiver, "metrics", ["host"], [((None,), T0, T0 + timedelta(hours=1))])
+    got = window_rows(archiver, "metrics", ["host"], [((None,), T0, T0 + timedelta(hours=1)),
+                                                     (("h1\x00",), T0, T0 + timedelta(hours=1))])
     assert len(got[0]) == 2
+    assert got[1] == []  # a NUL cannot be in PostgreSQL text (psycopg2 would refuse to bind it)
     with pytest.raises(KeyError, match="nope"):
         window_rows(archiver, "metrics", ["nope"], [(("x",), T0, T0 + timedelta(hours=1))])
 

@@ -78,5 +78,7 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     assert len(short[0]) == 4 and r.status()["reread"] == before and r.status()["unmatched"] == 4
     r(SPEC, [_digest(0, _ids(engine, 0))])  # a match: short windows are reread again
     assert r._misses == 0
+    nul = r(SPEC, [Digest(("s\x00x",), micros(T0), micros(T0 + timedelta(seconds=10)), 3, 1)])
+    assert nul == [[]] and r.status()["unmatched"] == 5  # no read (psycopg2 refuses a NUL), no wait
     with pytest.raises(ValueError, match="resolver of"):
         r(DigestSpec("metrics", "ts", ("bw",)), [])
