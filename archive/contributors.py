@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from archive.names import partition_name, quote
+from archive.validate import text_problem
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ def ensure_time_index(archiver, stream: str) -> None:
     """Create the stream's BRIN index on its event time, on every chunk (idempotent).
     Index DDL of a stream takes turns under the same advisory lock as tier changes."""
     spec = archiver.stream(stream)
-    with archiver._conn() as conn, conn.cursor() as cur:
+    with archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"moirae_tier:{spec.name}",))
         cur.execute(f"CREATE INDEX IF NOT EXISTS {quote(time_index_name(stream))} ON {quote(stream)} "
                     f"USING brin ({quote(spec.ts_col)}) WITH (pages_per_range = {PAGES_PER_RANGE}, "
@@ -52,7 +53,8 @@ def ensure_time_index(archiver, stream: str) -> None:
 def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tuple[tuple, datetime, datetime]],
                 summarize: bool = True) -> list[list[tuple[int, datetime, int]]]:
     """For each ``(key values, lo, hi)`` of ``windows``, the rows of ``stream`` with those
-    key values and ``lo <= ts < hi``, as ``(_sid, ts, _batch)`` in arrival order.
+    key values and ``lo <= ts < hi``, as ``(_sid, ts, _batch)`` in arrival order (none for
+    key values the archive cannot hold, :func:`unarchivable`).
 
     Key values are bound parameters, cast to the columns' archive types; a None key
     matches NULL. One statement reads every window with no NULL key (a hash join of the
@@ -65,9 +67,7 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
     if missing:
         raise KeyError(f"stream {stream!r} has no column(s) {missing} (columns: {list(spec.columns)})")
     out: list[list[tuple[int, datetime, int]]] = [[] for _ in windows]
-    # PostgreSQL text holds no NUL (such rows are dead letters): no archived row has that key
-    windows = [((None,) * len(keys), w[1], w[1]) if any(isinstance(v, str) and "\x00" in v for v in w[0]) else w
-               for w in windows]
+    readable = [i for i, w in enumerate(windows) if unarchivable(w[0]) is None]
     ts = quote(spec.ts_col)
     if summarize:
         with archiver.db.connection() as conn, conn.cursor() as cur:
@@ -78,7 +78,7 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
         # chunk at 640,000 rows/s); JIT compiling took another 15-25 ms of such a read
         cur.execute("SET LOCAL enable_seqscan = off")
         cur.execute("SET LOCAL jit = off")
-        plain = [i for i, w in enumerate(windows) if all(v is not None for v in w[0])]
+        plain = [i for i in readable if all(v is not None for v in windows[i][0])]
         if plain:
             from psycopg2.extras import execute_values
 
@@ -97,14 +97,26 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
                                   page_size=max(len(plain), 1))
             for i, sid, t, batch in rows:
                 out[i].append((sid, t, batch))
-        for i, (vals, lo, hi) in enumerate(windows):
-            if i in plain:
-                continue
+        for i in sorted(set(readable) - set(plain)):
+            vals, lo, hi = windows[i]
             conds = " AND ".join(f"{quote(k)} IS NULL" if v is None else f"{quote(k)} = %s" for k, v in zip(keys, vals, strict=True))
             cur.execute(f"SELECT _sid, {ts}, _batch FROM {quote(stream)} WHERE {ts} >= %s AND {ts} < %s "
                         f"AND {conds} ORDER BY _batch", (lo, hi, *[v for v in vals if v is not None]))
             out[i] = [tuple(r) for r in cur.fetchall()]
     return out
+
+
+def unarchivable(key_values: Sequence) -> str | None:
+    """Why no archived row can have these key values (a text value PostgreSQL cannot hold:
+    such rows are dead letters, :func:`archive.validate.text_problem`), or None.
+
+    >>> unarchivable(("s1", 3)) is None, unarchivable(("s\\x00",))[:24]
+    (True, 'contains a NUL character')
+    """
+    for v in key_values:
+        if isinstance(v, str) and (why := text_problem(v)) is not None:
+            return why
+    return None
 
 
 def _summarize(archiver, cur, stream: str, lo: datetime, hi: datetime) -> None:

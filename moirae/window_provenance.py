@@ -24,7 +24,7 @@ from datetime import datetime
 
 from ananke.digest import Digest, DigestSpec, match
 from ananke.ids import from_micros
-from archive.contributors import ensure_time_index, window_rows
+from archive.contributors import ensure_time_index, unarchivable, window_rows
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +71,10 @@ class ArchiveResolver:
         out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
         pending, delay, reread = [], 0.05, 0
         for i, d in enumerate(digests):
-            if any(isinstance(v, str) and "\x00" in v for v in d.keys):  # dead letters: PostgreSQL holds no NUL
+            why = unarchivable(d.keys)
+            if why is not None:  # its tuples are dead letters: nothing to read or wait for
                 out[i] = []
-                self._unmatched(windows[i], d, 0, "its key holds a NUL, which PostgreSQL text cannot: its tuples "
-                                                  "are dead letters")
+                self._unmatched(windows[i], d, 0, f"a key value {why}: its tuples are dead letters")
             else:
                 pending.append(i)
         while pending:
