@@ -89,6 +89,7 @@ class PartitionJob:
     retry_seconds: float = 60.0  # how long an executor retries a partition while PostgreSQL is unreachable
     horizon: datetime | None = None
     bulk: bool = False
+    skip: bool = False  # the batch is in the batch log already (a replay): write nothing
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -133,7 +134,8 @@ class StreamWriter:
         b = json.loads(batch)
         horizon = datetime.fromisoformat(b["horizon"]) if b.get("horizon") else None
         return PartitionJob(self.dsn, self.schema, self.spec, int(b["batch_id"]), int(b["span_us"]),
-                            self.after_commit, self.retry_seconds, horizon=horizon, bulk=bool(b.get("bulk")))
+                            self.after_commit, self.retry_seconds, horizon=horizon, bulk=bool(b.get("bulk")),
+                            skip=bool(b.get("skip")))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -141,14 +143,61 @@ class StreamWriter:
         yield from self.job(TaskContext.get().getLocalProperty(BATCH_PROPERTY))(batches)
 
 
-def batch_property(batch_id: int, span_us: int, horizon: datetime | None, bulk: bool = False) -> str:
+def shared_property(stream: str) -> str:
+    """The local property carrying a micro-batch's job to the :class:`PassThrough` writer
+    of ``stream`` (one per stream: one event-query may archive several of its inputs).
+
+    >>> shared_property("metrics")
+    'moirae.archive.batch.metrics'
+    """
+    return f"{BATCH_PROPERTY}.{stream}"
+
+
+@dataclass(frozen=True)
+class PassThrough(StreamWriter):
+    """A :class:`StreamWriter` inside an event-query's own plan (a shared read, see
+    :mod:`archive.shared`): each partition of the source is archived as above, exactly
+    once, then handed on unchanged to the query's next operator, so the source is read
+    once for both the archive and the query, and both see the same tuples.
+
+    Its job comes in the local property :func:`shared_property` of the stream. A chunk
+    still missing when the rows are written (dropped by retention after the partition
+    created it) is created again, a few times, here: the batch cannot be run again by
+    the driver, since the same job also runs the query's stateful operators."""
+
+    attempts: int = 5
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        job = self.job(ctx.getLocalProperty(shared_property(self.spec.name)))
+        received = list(batches)
+        if not job.skip and sum(b.num_rows for b in received):
+            table = pa.Table.from_batches(received)
+            part = ctx.partitionId()
+            for _ in range(self.attempts):
+                missing = write_with_retry(job, part, table)[3]
+                if not missing:
+                    break
+            else:
+                raise RuntimeError(f"stream {self.spec.name!r} batch {job.batch_id} part {part}: chunks "
+                                   f"{missing} dropped again each time they were created (retention?)")
+            if self.after_commit is not None:
+                self.after_commit(job.batch_id, part)
+        yield from received
+
+
+def batch_property(batch_id: int, span_us: int, horizon: datetime | None, bulk: bool = False,
+                   skip: bool = False) -> str:
     """The value of :data:`BATCH_PROPERTY` for one micro-batch.
 
     >>> batch_property(7, 3_600_000_000, None)
-    '{"batch_id": 7, "span_us": 3600000000, "horizon": null, "bulk": false}'
+    '{"batch_id": 7, "span_us": 3600000000, "horizon": null, "bulk": false, "skip": false}'
     """
     return json.dumps({"batch_id": int(batch_id), "span_us": int(span_us),
-                       "horizon": None if horizon is None else horizon.isoformat(), "bulk": bool(bulk)})
+                       "horizon": None if horizon is None else horizon.isoformat(), "bulk": bool(bulk),
+                       "skip": bool(skip)})
 
 
 def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
