@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from archive import Archiver, Contributing, Database, RetentionPolicy
+from archive.shared import MARKER, SharedArchive, claim, record_claim
 from archive.spark_sink import archive_batches, archive_layout, prepare_batch, spec_from_spark_schema
 from moirae import config as config_mod
 from moirae.config import Settings
@@ -49,6 +50,8 @@ class _Source:
     archived: Any = None  # the DataFrame the archive query writes (archive_layout: no per-batch projection)
     query: Any = None
     last_watermark: datetime | None = None
+    layout: Any = None  # archive_layout without the watermark (a shared read's plan starts from it)
+    shared_by: str | None = None  # the event-query whose read archives this source (archive.shared)
 
 
 class Engine:
@@ -117,13 +120,49 @@ class Engine:
         # columns in the live query) equal the ids the Archiver stores.
         typed = prepare_batch(df, spec).drop("_sid")
         watermarked = typed.withWatermark(ts, lateness)
-        archived = archive_layout(df, spec).withWatermark(ts, lateness)
-        self._sources[name] = _Source(name, watermarked, ts, lateness, list(spec.columns), archived)
+        layout = archive_layout(df, spec)
+        self._sources[name] = _Source(name, watermarked, ts, lateness, list(spec.columns),
+                                      layout.withWatermark(ts, lateness), layout=layout)
         if self.started:
             self._start_source(self._sources[name])
         return watermarked
 
+    def shared_input(self, name: str, owner: str):
+        """The source ``name`` read through its archive's partition writers, for event-query
+        ``owner`` to build on, with the :class:`archive.shared.SharedArchive` that owner's
+        batches drive; None when the source keeps its own archive query (``archive.shared_read``
+        off, the engine already started, another event-query claimed it first, or its
+        checkpoint says it was archived otherwise before). See :mod:`archive.shared`."""
+        src = self._sources[name]
+        if (not self.settings.archive.shared_read or self.started or src.query is not None
+                or src.shared_by is not None or claim(self.checkpoint_dir(name), owner) is not None):
+            return None
+        shared = SharedArchive(self.archiver, name, owner)
+        df = shared.plan(src.layout).drop("_sid").select(*src.df.columns).withWatermark(src.ts, src.lateness)
+        record_claim(self.checkpoint_dir(name), owner)
+        src.shared_by = owner
+        return df, shared
+
+    def release_shared(self, name: str, owner: str) -> None:
+        """Undo :meth:`shared_input` for an event-query that was not deployed after all."""
+        src = self._sources.get(name)
+        if src is not None and src.shared_by == owner:
+            src.shared_by = None
+            (self.checkpoint_dir(name) / MARKER).unlink(missing_ok=True)
+
+    def shared_committed(self, name: str, result, started: float | None) -> None:
+        """An event-query committed its micro-batch of the shared source ``name``."""
+        self._archived(name, result)
+        self._batch_done(name, started if started is not None else time.time())
+
     def _start_source(self, src: _Source) -> None:
+        if src.shared_by is not None:  # archived by its event-query's read
+            return
+        other = claim(self.checkpoint_dir(src.name), "")
+        if other not in (None, "its own query"):
+            raise EngineError(f"source {src.name!r} was archived by the read of event-query {other!r} "
+                              f"({self.checkpoint_dir(src.name) / MARKER}); deploy {other!r} again with "
+                              "archive.shared_read on, so the archive goes on where it stopped")
         trigger = f"{int(self.settings.spark.trigger.total_seconds() * 1000)} milliseconds"
         write = archive_batches(self.archiver, src.name, on_batch=lambda res, _df, n=src.name: self._archived(n, res))
 
@@ -218,7 +257,8 @@ class Engine:
         up to the events' time either (sources delivering in event-time order). A wait
         that times out is logged and counted per lagging stream (:meth:`live_status`);
         the caller goes on with what is archived."""
-        live = [s for s in dict.fromkeys(streams) if s in self._sources and self._sources[s].query is not None]
+        live = [s for s in dict.fromkeys(streams)
+                if s in self._sources and (self._sources[s].query is not None or self._sources[s].shared_by)]
         t0 = time.monotonic()
         wall0 = time.time()
 
@@ -311,7 +351,8 @@ class Engine:
     def _live_queries(self) -> list[LiveQuery]:
         """The live streaming queries now, for the supervisor."""
         out = [LiveQuery(f"archive_{src.name}", src.query, self.checkpoint_dir(src.name),
-                         lambda src=src: self._start_source(src)) for src in self._sources.values()]
+                         lambda src=src: self._start_source(src)) for src in self._sources.values()
+               if src.shared_by is None]
         for flow in self.deploy.flows.values():
             restart = lambda flow=flow: self.deploy.restart_flow(flow)  # noqa: E731
             out.append(LiveQuery(f"event_{flow.query.name}", flow.streaming, self.checkpoint_dir(flow.stream),
@@ -363,8 +404,12 @@ class Engine:
         src = self._sources.get(name)
         if src is None:
             return None
-        if src.query is not None and src.query.lastProgress is not None:
-            wm = (src.query.lastProgress.get("eventTime") or {}).get("watermark")
+        query = src.query
+        if src.shared_by is not None:  # the watermark of the event-query that reads (and archives) it
+            flow = self.deploy.flows.get(src.shared_by)
+            query = flow.streaming if flow is not None else None
+        if query is not None and query.lastProgress is not None:
+            wm = (query.lastProgress.get("eventTime") or {}).get("watermark")
             if wm:
                 ts = datetime.fromisoformat(wm.replace("Z", "+00:00"))
                 if ts.year > 1970 and (src.last_watermark is None or ts > src.last_watermark):

@@ -34,6 +34,7 @@ from ananke.ids import PROV
 from ananke.query import ProvQuery
 from ananke.spark_adapter import Ank1SparkSink, progress_watermark
 from ananke.store import GraphStore
+from archive.shared import SharedArchive
 from archive.spark_sink import spec_from_spark_schema
 from archive.validate import storable_rows
 from moirae.hybrid import EventQuery, QueryDefinitionError, event_stream
@@ -50,13 +51,27 @@ class EventFlow:
         # ANK-1's windows over one source keep a digest, resolved from the archive (ananke.digest)
         digest = self.variant == "ank1" and engine.settings.ananke.window_provenance == "archive"
         self.pq = ProvQuery(enabled=provenance, digest=digest)
+        self.shared: list[SharedArchive] = []  # the inputs this query's read archives (archive.shared)
+        try:
+            self._build(engine, query, provenance)
+        except BaseException:
+            for sh in self.shared:
+                engine.release_shared(sh.stream, query.name)
+            raise
+
+    def _build(self, engine, query: EventQuery, provenance: bool) -> None:
         inputs = []
         for name in query.inputs:
             src = engine._sources.get(name)
             if src is None:
                 raise QueryDefinitionError(f"event-query {query.name!r} reads unknown source {name!r} "
                                            f"(sources: {sorted(engine._sources)})")
-            inputs.append(self.pq.source(src.df, name, src.ts, cols=src.payload, lateness=None))
+            # ANK-N reads its sources a second time, in a query of its own: no shared read
+            got = engine.shared_input(name, query.name) if self.variant != "ankn" else None
+            if got is not None:
+                self.shared.append(got[1])
+            df = got[0] if got is not None else src.df
+            inputs.append(self.pq.source(df, name, src.ts, cols=src.payload, lateness=None))
         out = query.fn(*inputs)
         if not hasattr(out, "sink"):
             raise QueryDefinitionError(f"event-query {query.name!r} must return the instrumented stream "
@@ -129,7 +144,15 @@ class EventFlow:
 
         def fn(batch_df, batch_id: int) -> None:
             self._batch_started = time.time()  # wall clock: its events' archive waits count from its trigger tick
-            inner(batch_df, batch_id)
+            sc = batch_df.sparkSession.sparkContext
+            for sh in self.shared:  # the shared inputs' archive part of this batch's job
+                sh.begin(sc, int(batch_id))
+            try:
+                inner(batch_df, batch_id)
+            finally:
+                for sh in self.shared:
+                    sh.end(sc)
+            self._commit_shared(int(batch_id))  # a replay that delivered nothing still commits
 
         self.streaming = (writer.queryName(f"event_{self.query.name}").foreachBatch(fn)
                           .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
@@ -152,9 +175,20 @@ class EventFlow:
         cols = [c for c in batch_df.columns if c not in (PROV, "_sink_id")]
         self._deliver(batch_df.select(*cols).toArrow().to_pandas(), batch_id)
 
+    def _commit_shared(self, batch_id: int) -> None:
+        """Commit this batch of the inputs the query's read archived (once), and tell the
+        engine, so archive waits on them (the events', other queries') go on."""
+        for sh in self.shared:
+            result = sh.commit(batch_id)
+            if result is not None:
+                self.engine.shared_committed(sh.stream, result, self._batch_started)
+
     def _deliver(self, frame: pd.DataFrame, batch_id: int) -> None:
-        """The batch's events (collected once, with their provenance when ANK-1 runs)."""
+        """The batch's events (collected once, with their provenance when ANK-1 runs).
+        The shared inputs' part of the batch is committed first: the events' contexts and
+        the window digests' resolution read it."""
         t0 = time.perf_counter()
+        self._commit_shared(int(batch_id))
         result = self.engine.archiver.append(self.stream, int(batch_id), frame, key=self.query.eid)
         self.seconds["archive"] += time.perf_counter() - t0
         keep = storable_rows(frame)  # events with text PostgreSQL cannot hold are dead letters, not alerts
