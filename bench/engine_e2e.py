@@ -159,7 +159,7 @@ def jvm_rss(me: psutil.Process) -> int | None:
 def batch_times(engine) -> dict:
     """Per live streaming query, its recent batches' ``triggerExecution`` times (ms): a
     batch longer than the trigger delays every window that closes during it."""
-    queries = [s.query for s in engine._sources.values()] + [f.streaming for f in engine.deploy.flows.values()]
+    queries = [s.query for s in engine._sources.values() if s.query is not None] + [f.streaming for f in engine.deploy.flows.values()]
     out = {}
     for q in queries:
         if q is None:
@@ -402,7 +402,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             rematerialize(engine, "overload", resume=True, batch=48)
         t0 = time.monotonic()
         engine.start()
-        queries = [src.query for src in engine._sources.values()]
+        queries = [src.query for src in engine._sources.values() if src.query is not None]
         queries += [f.streaming for f in engine.deploy.flows.values()]
         try:
             secs = wait_done(queries, until_ns, 1800) - t0

@@ -147,7 +147,7 @@ class Run:
             e.context_query("overload", USERS_SQL, name="users", window="10s")
             e.similarity_recall("overload", k=3, name="similar")
         e.start()
-        self.queries = [s.query for s in e._sources.values()] + [f.streaming for f in e.deploy.flows.values()]
+        self.queries = [s.query for s in e._sources.values() if s.query is not None] + [f.streaming for f in e.deploy.flows.values()]
 
     def check(self) -> None:
         for q in self.queries:
