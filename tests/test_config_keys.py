@@ -76,6 +76,8 @@ EFFECTS: dict[str, Effect] = {
         "2s", lambda e: (e.archiver.settings.statement_timeout_ms, e.deploy.manager.timeout_ms)),
     "archive.present_cache_rows": Effect("tests/archive/test_present_bound.py::test_a_growing_chunk_copy_is_dropped_"
                                          "at_the_bound", 10, lambda e: e.archiver.present.max_rows),
+    "archive.shared_read": Effect("tests/moirae/test_shared_read.py::test_a_source_archived_by_a_query_read_cannot_"
+                                  "silently_switch_reader"),
     "archive.maintenance_interval": Effect("tests/moirae/test_config_effects.py::test_maintenance_interval_paces_the_"
                                            "maintenance_job"),
     "recall.max_concurrent": Effect("tests/recall/manager/test_manager_run.py", 1,
