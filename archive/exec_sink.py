@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from archive import chunks as chunk_sql
 from archive.copy import arrow_to_copy_binary, copy_binary
-from archive.names import partition_name
+from archive.names import partition_name, stage_name
 from archive.streams import StreamSpec
 from archive.types import ColumnType
 
@@ -173,9 +173,9 @@ class PassThrough(StreamWriter):
         ctx = TaskContext.get()
         job = self.job(ctx.getLocalProperty(shared_property(self.spec.name)))
         received = list(batches)
+        part = ctx.partitionId()
         if not job.skip and sum(b.num_rows for b in received):
             table = pa.Table.from_batches(received)
-            part = ctx.partitionId()
             for _ in range(self.attempts):
                 missing = write_with_retry(job, part, table)[3]
                 if not missing:
@@ -183,8 +183,8 @@ class PassThrough(StreamWriter):
             else:
                 raise RuntimeError(f"stream {self.spec.name!r} batch {job.batch_id} part {part}: chunks "
                                    f"{missing} dropped again each time they were created (retention?)")
-            if self.after_commit is not None:
-                self.after_commit(job.batch_id, part)
+        if self.after_commit is not None and not job.skip:
+            self.after_commit(job.batch_id, part)
         yield from received
 
 
@@ -232,10 +232,15 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
     missing chunks). Chunks the rows fall into that do not exist yet are created first
     (:func:`create_missing`); one still missing when the data transaction reads the
     catalog (dropped meanwhile) is returned and nothing is written: the driver creates
-    it and runs the batch again."""
+    it and runs the batch again.
+
+    A job without a chunk interval (``span_us`` 0: a shared read's first batch, before
+    the stream's interval is chosen from its rate, :mod:`archive.shared`) COPYs its rows
+    into the stream's stage table instead, from which the driver archives them."""
     spec = job.spec
     good, dead = split_arrow(table, spec)
     conn = _connection(job.dsn, job.schema)
+    staged = job.span_us <= 0
     try:
         with conn.cursor() as cur:
             chunks: dict[int, list[int]] = {}
@@ -243,6 +248,7 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
             if good.num_rows:
                 us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
                 max_us = int(us.max())
+            if good.num_rows and not staged:
                 chunk_of = np.floor_divide(us, job.span_us)
                 unique, counts = np.unique(chunk_of, return_counts=True)
                 ids = unique.tolist()  # ascending
@@ -276,7 +282,9 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
                 batch = pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64))
                 good = good.append_column("_batch", batch)
                 types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
-                for cid, rows in by_chunk(good, chunk_of, ids):
+                if staged:
+                    copy_binary(cur, stage_name(spec.name), [c for c, _ in types], arrow_to_copy_binary(good, types))
+                for cid, rows in ([] if staged else by_chunk(good, chunk_of, ids)):
                     copy_binary(cur, partition_name(spec.name, cid), [c for c, _ in types],
                                 arrow_to_copy_binary(rows, types))
             if dead:

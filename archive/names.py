@@ -53,5 +53,15 @@ def partition_name(stream: str, chunk_id: int) -> str:
     return f"{stream}__c{chunk_id}" if chunk_id >= 0 else f"{stream}__cm{-chunk_id}"
 
 
+def stage_name(stream: str) -> str:
+    """Where a shared read stages its stream's first batch (archive.shared); stream names
+    hold no ``__``, so it meets no stream.
+
+    >>> stage_name("metrics")
+    'metrics__stage'
+    """
+    return f"{stream}__stage"
+
+
 def index_name(stream: str, chunk_id: int, n: int) -> str:
     return f"{partition_name(stream, chunk_id)}__ix{n}"

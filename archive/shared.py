@@ -22,10 +22,14 @@ another owner. The choice of owner is kept beside the source's checkpoint
 (:func:`claim`), so a restart archives the source the same way: a source switched from
 one reader to another mid-stream would lose or repeat what the two had read apart.
 
-The first batch cannot be seen before it is written (it is written as the query reads
-it), so a shared source does not get an interval chosen from its rate: it takes its
-configured interval, else ``chunk_span`` (:meth:`archive.archiver.Archiver.fix_interval`
-with no rows).
+A stream's chunk interval is chosen from the rate of its first batch (issue 12), and the
+partitions of a shared read write their rows as the query reads them, before anyone has
+seen the batch. So until the interval is fixed, the partitions COPY their rows into the
+stream's stage table (:func:`archive.names.stage_name`), exactly once as ever; the driver
+then archives the staged batch through :meth:`archive.archiver.Archiver.append`, which
+chooses the interval from those rows, creates the chunks and logs the batch in one
+transaction, and empties the stage. A stream with a configured interval, a derived one,
+or ``chunk_target_rows: 0`` fixes its interval at once and never stages.
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ import zlib
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
+
 from archive.abc import AppendResult
 from archive.exec_sink import PassThrough, batch_property, shared_property
+from archive.names import quote, stage_name
 
 MARKER = "archived_by"
 """The file, in a source's checkpoint directory, naming the event-query that archives it."""
@@ -95,6 +102,7 @@ class SharedArchive:
         dsn = executor_dsn or os.environ.get(EXECUTOR_DSN_ENV) or archiver.db.dsn
         self.writer = PassThrough(dsn, archiver.db.schema, spec, after_part, archiver.db.retry_seconds)
         self._committed = -1
+        self._staged: set[int] = set()  # micro-batches begun without an interval (staged)
 
     def plan(self, df):
         """``df`` (the source in the archive's layout, :func:`archive.spark_sink.archive_layout`)
@@ -104,10 +112,20 @@ class SharedArchive:
     def begin(self, sc, batch_id: int) -> None:
         """Before micro-batch ``batch_id``'s job: its part of the job, for the tasks."""
         bid = shared_batch_id(self.owner, batch_id)
-        if not self.archiver.has_interval(self.stream):  # see the module docstring
-            self.archiver.fix_interval(self.stream, 0, timedelta(0))
-        span_us = self.archiver.grid_of(self.stream).span_us
-        skip = self.archiver.batch_done(self.stream, bid)
+        arch = self.archiver
+        if not arch.has_interval(self.stream):  # see the module docstring
+            s, spec = arch.settings, arch.stream(self.stream)
+            if s.chunk_intervals.get(self.stream) is None and s.chunk_target_rows and spec.kind == "raw":
+                self._ensure_stage()
+            else:
+                arch.fix_interval(self.stream, 0, timedelta(0))
+        if arch.has_interval(self.stream):
+            span_us = arch.grid_of(self.stream).span_us
+            self._staged.discard(batch_id)
+        else:
+            span_us = 0  # stage: the interval comes from this batch's rows
+            self._staged.add(batch_id)
+        skip = arch.batch_done(self.stream, bid)
         sc.setLocalProperty(shared_property(self.stream),
                             batch_property(bid, span_us, self.archiver.horizon(self.stream), skip=skip))
 
@@ -118,6 +136,37 @@ class SharedArchive:
         """After the job: commit the batch (once; None if it was committed already)."""
         if batch_id <= self._committed:
             return None
-        result = self.archiver.commit_parts(self.stream, shared_batch_id(self.owner, batch_id))
+        bid = shared_batch_id(self.owner, batch_id)
+        if batch_id in self._staged:
+            result = self._commit_staged(bid)
+            self._staged.discard(batch_id)
+        else:
+            result = self.archiver.commit_parts(self.stream, bid)
         self._committed = batch_id
+        return result
+
+    def _ensure_stage(self) -> None:
+        spec = self.archiver.stream(self.stream)
+        cols = ", ".join(quote(c) for c in ["_sid", "_batch", *(c for c, _ in spec.id_columns)])
+        with self.archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE TABLE IF NOT EXISTS {quote(stage_name(self.stream))} AS "
+                        f"SELECT {cols} FROM {quote(self.stream)} WITH NO DATA")
+
+    def _commit_staged(self, bid: int) -> AppendResult:
+        """Archive the staged batch ``bid`` through the Archiver's own append (the interval
+        chosen from its rows, its chunks, the batch log, in one transaction), then empty
+        the stage of it. A crash between the two leaves the batch's rows in the stage,
+        unread: the batch is logged, so its replay writes nothing anywhere."""
+        spec = self.archiver.stream(self.stream)
+        names = ["_sid", *(c for c, _ in spec.id_columns)]
+        with self.archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT {', '.join(quote(c) for c in names)} FROM {quote(stage_name(self.stream))} "
+                        "WHERE _batch = %s", (bid,))
+            rows = cur.fetchall()
+        types = {"_sid": pa.int64(), **{c: t.arrow for c, t in spec.id_columns}}
+        table = pa.table({c: pa.array([r[i] for r in rows], type=types[c]) for i, c in enumerate(names)})
+        result = self.archiver.append(self.stream, bid, table)
+        with self.archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
+            cur.execute(f"DELETE FROM {quote(stage_name(self.stream))} WHERE _batch = %s", (bid,))
+            cur.execute("DELETE FROM moirae_batch_parts WHERE stream = %s AND batch_id = %s", (self.stream, bid))
         return result

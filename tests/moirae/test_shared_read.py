@@ -19,10 +19,10 @@ from moirae.engine import EngineError
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
 
-def _engine(db: Database, data: str, shared: bool) -> Engine:
+def _engine(db: Database, data: str, shared: bool, target_rows: int = 0) -> Engine:
     return Engine.from_config(None, data_dir=data, postgres={"dsn": db.dsn, "schema": db.schema},
                               spark={"trigger": "300ms"},
-                              archive={"chunk_span": "30m", "chunk_target_rows": 0, "shared_read": shared})
+                              archive={"chunk_span": "30m", "chunk_target_rows": target_rows, "shared_read": shared})
 
 
 def _source(spark, folder):
@@ -35,7 +35,8 @@ def _source(spark, folder):
 def _run(spark, db: Database, tmp_path, shared: bool, parts: list[pd.DataFrame]):
     folder = tmp_path / f"in_{shared}"
     folder.mkdir()
-    engine = _engine(db, str(tmp_path / f"data_{shared}"), shared)
+    # 40 rows a chunk: the first batch's rate (60 rows in 10 minutes) gives 5-minute chunks
+    engine = _engine(db, str(tmp_path / f"data_{shared}"), shared, target_rows=40)
     try:
         engine.source("metrics", _source(spark, folder), ts="ts", lateness="30 seconds", indexes=[("sid",)])
         engine.event_query("overload", sc.overload, inputs=["metrics"])
@@ -63,11 +64,16 @@ def _run(spark, db: Database, tmp_path, shared: bool, parts: list[pd.DataFrame])
             events = dict(cur.fetchall())
             cur.execute("SELECT min(batch_id), count(*) FROM moirae_batches WHERE stream = 'metrics'")
             first_batch, batches = cur.fetchone()
+            cur.execute("SELECT chunk_us FROM moirae_streams WHERE stream = 'metrics'")
+            chunk_us = cur.fetchone()[0]
+            cur.execute("SELECT to_regclass('metrics__stage') IS NOT NULL AND (SELECT count(*) = 0 FROM metrics__stage)"
+                        if shared else "SELECT to_regclass('metrics__stage') IS NULL")
+            stage_ok = cur.fetchone()[0]
         status = engine.live_status()
         marker = (engine.checkpoint_dir("metrics") / MARKER).exists()
     finally:
         engine.close()
-    return want, archive, events, first_batch, batches, status, marker
+    return want, archive, events, first_batch, batches, status, marker, chunk_us, stage_ok
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-query"])
@@ -76,7 +82,8 @@ def test_the_archive_holds_the_tuples_the_event_query_saw(spark, pg, tmp_path, m
     parts = sc.live()
     db = Database(pg.dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
     try:
-        want, archive, events, first_batch, batches, status, marker = _run(spark, db, tmp_path, shared, parts)
+        want, archive, events, first_batch, batches, status, marker, chunk_us, stage_ok = _run(
+            spark, db, tmp_path, shared, parts)
     finally:
         db.drop_schema()
         db.close()
@@ -86,6 +93,9 @@ def test_the_archive_holds_the_tuples_the_event_query_saw(spark, pg, tmp_path, m
     assert sorted(zip(archive["sid"], archive["ts"], strict=True)) == sorted(
         zip(live["sid"], (t.to_pydatetime() for t in live["ts"]), strict=True))
     assert set(events) == want
+    # the interval is chosen from the first batch's rate either way (a shared read stages
+    # that batch, then empties the stage)
+    assert chunk_us == 300_000_000 and stage_ok
     # the event's average against the average of the archived readings of its window
     for eid, avg_bw in events.items():
         _, sid, end = eid.split(":")
