@@ -34,7 +34,8 @@ def start(engine, tries: int = 10, timeout: float = 120.0) -> None:
     each live query whose Python worker missed Spark's fixed 10 s connect-back timeout
     (a loaded machine; bench/engine_e2e.py retries the same way)."""
     engine.start()
-    pairs = [*(((lambda s=s: s.query), (lambda s=s: engine._start_source(s))) for s in engine._sources.values()),
+    pairs = [*(((lambda s=s: s.query), (lambda s=s: engine._start_source(s))) for s in engine._sources.values()
+               if s.query is not None),  # a source its event-query's read archives has no query of its own
              *(((lambda f=f: f.streaming), (lambda f=f: engine.deploy._start_flow(f)))
                for f in engine.deploy.flows.values())]
     failed = [(get, again) for get, again in pairs if not _settle(get, timeout)]

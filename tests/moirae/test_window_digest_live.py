@@ -49,6 +49,12 @@ def _run(spark, db: Database, tmp_path, mode: str, parts: list[pd.DataFrame]):
 
         sc.wait(lambda: {r[0] for r in graph()} >= want, what=f"edges of every live event ({mode})")
         sc.wait(lambda: flow.horizon() is not None, what="a horizon")
+        # the labels follow the watermark: compare them at the input's final one (its
+        # newest reading less the 30 s lateness), whichever run got there first
+        final = pd.concat(parts)["ts"].max().to_pydatetime() - pd.Timedelta(seconds=30)
+        sc.wait(lambda: (flow.emitted_below() or final - pd.Timedelta(days=1)) >= final,
+                what=f"the final watermark ({mode})")
+        flow.horizon()  # ANK-1 takes that watermark and labels what it expires
         edges = graph()
         with db.connection() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT vertex_id FROM {g.lab} WHERE kind = 'source'")
