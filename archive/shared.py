@@ -65,18 +65,21 @@ def shared_batch_id(owner: str, batch_id: int) -> int:
     return ((1 + zlib.crc32(owner.encode()) % 4095) * _BLOCK) + int(batch_id)
 
 
+def recorded_owner(checkpoint: Path) -> str | None:
+    """The event-query the marker beside the source's checkpoint names, if any."""
+    marker = checkpoint / MARKER
+    return marker.read_text().strip() if marker.exists() else None
+
+
 def claim(checkpoint: Path, owner: str) -> str | None:
     """Whether ``owner`` may archive the source whose own archive query checkpoints at
-    ``checkpoint``: yes if it did before (the marker names it), or if no one ever
-    archived the source (no marker, no checkpoint); returns the marker's other owner
-    or ``"its own query"`` when not."""
-    marker = checkpoint / MARKER
-    if marker.exists():
-        found = marker.read_text().strip()
+    ``checkpoint``: yes (None) if it did before (the marker names it), or if no one ever
+    archived the source (no marker, no checkpoint); else the marker's other owner, or
+    ``"its own query"``."""
+    found = recorded_owner(checkpoint)
+    if found is not None:
         return None if found == owner else found
-    if (checkpoint / "offsets").exists():
-        return "its own query"
-    return None
+    return "its own query" if (checkpoint / "offsets").exists() else None
 
 
 def record_claim(checkpoint: Path, owner: str) -> None:
@@ -125,7 +128,9 @@ class SharedArchive:
         else:
             span_us = 0  # stage: the interval comes from this batch's rows
             self._staged.add(batch_id)
-        skip = arch.batch_done(self.stream, bid)
+        # a batch id above the last one this process committed is not in the log (the
+        # owner's ids follow its micro-batches); only a restart's first batch must ask
+        skip = batch_id <= self._committed or (self._committed < 0 and arch.batch_done(self.stream, bid))
         sc.setLocalProperty(shared_property(self.stream),
                             batch_property(bid, span_us, self.archiver.horizon(self.stream), skip=skip))
 

@@ -107,7 +107,7 @@ class ArchiveConfig:
     present_cache_rows: int = field(default=2_000_000, metadata=_check(_non_negative))
     maintenance_interval: timedelta = field(default=timedelta(seconds=10), metadata=_check(_positive))
     chunk_target_rows: int = field(default=DEFAULT_CHUNK_TARGET_ROWS, metadata=_check(_non_negative))
-    shared_read: bool = True  # a source one event-query reads is archived by that query's read (archive.shared)
+    shared_read: bool = True  # a source is archived by the read of the first event-query on it (archive.shared)
 
     def settings(self) -> ArchiveSettings:
         return ArchiveSettings(self.chunk_span, self.recent_chunks,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from archive import Archiver, Contributing, Database, RetentionPolicy
-from archive.shared import MARKER, SharedArchive, claim, record_claim
+from archive.shared import MARKER, SharedArchive, claim, record_claim, recorded_owner
 from archive.spark_sink import archive_batches, archive_layout, prepare_batch, spec_from_spark_schema
 from moirae import config as config_mod
 from moirae.config import Settings
@@ -132,7 +132,9 @@ class Engine:
         ``owner`` to build on, with the :class:`archive.shared.SharedArchive` that owner's
         batches drive; None when the source keeps its own archive query (``archive.shared_read``
         off, the engine already started, another event-query claimed it first, or its
-        checkpoint says it was archived otherwise before). See :mod:`archive.shared`."""
+        checkpoint says it was archived otherwise before). The first event-query deployed
+        on a source claims it; one deployed after it reads the source a second time, as
+        every event-query did before. See :mod:`archive.shared`."""
         src = self._sources[name]
         if (not self.settings.archive.shared_read or self.started or src.query is not None
                 or src.shared_by is not None or claim(self.checkpoint_dir(name), owner) is not None):
@@ -158,8 +160,8 @@ class Engine:
     def _start_source(self, src: _Source) -> None:
         if src.shared_by is not None:  # archived by its event-query's read
             return
-        other = claim(self.checkpoint_dir(src.name), "")
-        if other not in (None, "its own query"):
+        other = recorded_owner(self.checkpoint_dir(src.name))
+        if other is not None:
             raise EngineError(f"source {src.name!r} was archived by the read of event-query {other!r} "
                               f"({self.checkpoint_dir(src.name) / MARKER}); deploy {other!r} again with "
                               "archive.shared_read on, so the archive goes on where it stopped")

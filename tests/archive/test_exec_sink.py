@@ -112,6 +112,18 @@ def _source(spark, per_host: int, hosts: int, parts: int):
     return frame, spark.createDataFrame(frame, CSV_SCHEMA).repartition(parts, "host")
 
 
+def fail_once_after(fail: int, marker: Path):
+    """An ``after_part`` hook (run on the executor) that fails partition ``fail`` once,
+    after it committed (``marker`` records that it did)."""
+
+    def after_part(batch_id, part):
+        if part == fail and not marker.exists():
+            marker.touch()
+            raise RuntimeError(f"injected failure after partition {part} committed")
+
+    return after_part
+
+
 @pytest.mark.spark
 @pytest.mark.postgres
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -120,14 +132,7 @@ def test_replay_after_an_executor_failed_midway_archives_each_row_once(spark, pg
                                                                        fail, hosts):
     """Partition ``fail`` commits, then its task fails: the batch fails with some of its
     partitions written. Spark's replay of the same batch id writes only the others."""
-    fail %= parts
-    marker = tmp_path_factory.mktemp("m") / "failed"
-
-    def after_part(batch_id, part):  # on the executor
-        if part == fail and not marker.exists():
-            marker.touch()
-            raise RuntimeError(f"injected failure after partition {part} committed")
-
+    after_part = fail_once_after(fail % parts, tmp_path_factory.mktemp("m") / "failed")
     with fresh_archiver(pg_dsn) as arch:
         frame, df = _source(spark, 11, hosts, parts)
         write = archive_batches(arch, "metrics", after_part=after_part)

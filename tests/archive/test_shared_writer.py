@@ -11,7 +11,7 @@ import pytest
 from arch_helpers import fresh_archiver, table_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_exec_sink import _source
+from test_exec_sink import _source, fail_once_after
 
 from archive.shared import SharedArchive, shared_batch_id
 from archive.spark_sink import archive_layout
@@ -36,14 +36,7 @@ def _run(shared: SharedArchive, df, batch_id: int) -> int:
 @given(parts=st.integers(1, 5), fail=st.integers(0, 4), hosts=st.integers(1, 7), staged=st.booleans())
 def test_replay_after_a_partition_committed_and_failed_archives_each_row_once(spark, pg_dsn, tmp_path_factory,
                                                                                parts, fail, hosts, staged):
-    fail %= parts
-    marker = tmp_path_factory.mktemp("m") / "failed"
-
-    def after_part(batch_id, part):  # on the executor
-        if part == fail and not marker.exists():
-            marker.touch()
-            raise RuntimeError(f"injected failure after partition {part} committed")
-
+    after_part = fail_once_after(fail % parts, tmp_path_factory.mktemp("m") / "failed")
     # staged: the interval is chosen from the batch's rows (11 per host, 13 minutes apart)
     with fresh_archiver(pg_dsn, chunk_target_rows=20 if staged else None) as arch:
         frame, df = _source(spark, 11, hosts, parts)
