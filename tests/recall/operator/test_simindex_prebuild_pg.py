@@ -26,14 +26,14 @@ SPAN = timedelta(hours=1)
 USERS, PROCS = ["alice", "bob", "carol", "dan"], ["cron", "backup.sh", "java", "sshd", "vim"]
 
 
-def _live_archive(db) -> tuple[Archiver, list[dict]]:
+def _live_archive(db, **settings) -> tuple[Archiver, list[dict]]:
     """Four hours of events, appended as live micro-batches: every chunk is present."""
     rng = np.random.default_rng(5)
     events = [{"eid": f"e{i}", "ts": T0 + timedelta(minutes=int(m)), "host": f"h{i % 3}",
                "context": [{"user": USERS[int(rng.integers(4))], "proc": PROCS[int(rng.integers(5))]}
                            for _ in range(3)]}
               for i, m in enumerate(sorted(rng.integers(0, 240, 80)))]
-    arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, recent_chunks=10))
+    arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, recent_chunks=10, **settings))
     arch.register_stream(StreamSpec.build("ev_x", "ts", {"eid": "text", "host": "text"}))
     arch.register_stream(StreamSpec.build("cx_x_c", "ts", {"eid": "text", "user": "text", "proc": "text"}))
     arch.append("ev_x", 1, pd.DataFrame([{"ts": e["ts"], "eid": e["eid"], "host": e["host"]} for e in events]))
@@ -164,6 +164,68 @@ def test_a_build_racing_an_invalidation_is_not_kept(pg):
     ix = op.fetch_chunk(None, oldest)
     assert "user=zed" in {op.stats.vocabulary.term(c) for c in ix.chunk.tf_sq.indices}
     arch.close()
+
+
+def _late_context(arch: Archiver, events: list[dict], batch: int, user: str, hour: int = 3) -> str:
+    """Append one more context row of the first event of ``hour`` (a present chunk); its eid."""
+    eid = next(e for e in events if e["ts"] >= T0 + timedelta(hours=hour))["eid"]
+    ts = next(e["ts"] for e in events if e["eid"] == eid)
+    arch.append("cx_x_c", batch, pd.DataFrame([{"ts": ts, "eid": eid, "user": user, "proc": "x"}]))
+    return eid
+
+
+def _terms(op: SimilarityRecall, ix) -> set[str]:
+    return {op.stats.vocabulary.term(c) for c in ix.chunk.tf_sq.indices}
+
+
+@pytest.mark.parametrize("ctx_interval", [None, timedelta(minutes=10)], ids=["same-grid", "finer-context-grid"])
+def test_a_present_chunk_is_built_once_until_its_rows_change(pg, ctx_interval):
+    """Every task used to read and build every present chunk again; now the tasks share
+    one build until a write to one of the operator's streams invalidates it. With a
+    context stream on a finer grid than the task grid, its write invalidates the task
+    chunk it falls in."""
+    arch, events = _live_archive(pg, **({"chunk_intervals": {"cx_x_c": ctx_interval}} if ctx_interval else {}))
+    try:
+        op = _op(arch, events)
+        chunks = sorted(arch.chunk_ids(["ev_x", "cx_x_c"]))
+        assert len(chunks) == 4 and {c.tier.value for c in arch.chunks()} == {"present"}
+        first = _task(op, arch)
+        assert dict(op.source.built_chunks) == {c: 1 for c in chunks}
+        assert _task(op, arch) == first                      # the next event's task: no build at all
+        assert dict(op.source.built_chunks) == {c: 1 for c in chunks} and op.source.present_hits == 4
+        assert simindex.IndexStore(arch, "sim").chunk_ids() == []   # present: never persisted
+
+        _late_context(arch, events, 2, "zed")                # a write into the newest chunk
+        newest = chunks[-1]
+        after = _task(op, arch)
+        assert dict(op.source.built_chunks) == {**{c: 1 for c in chunks[:-1]}, newest: 2}
+        assert "user=zed" in _terms(op, op.fetch_chunk(None, newest))
+        assert after == _task(_op(arch, events, persist_index=False), arch)   # the same as building every chunk
+    finally:
+        arch.close()
+
+
+def test_a_present_build_racing_an_append_is_used_once_and_not_kept(pg):
+    arch, events = _live_archive(pg)
+    try:
+        op = _op(arch, events)
+        newest = max(arch.chunk_ids(["ev_x"]))
+        real = op.source.build
+
+        def append_meanwhile(chunk_id, conn=None, timeout_ms=None):
+            ix = real(chunk_id, conn, timeout_ms)           # read before the new row commits
+            _late_context(arch, events, 2, "zed")
+            return ix
+
+        op.source.build = append_meanwhile
+        stale = op.fetch_chunk(None, newest)
+        op.source.build = real
+        assert "user=zed" not in _terms(op, stale)
+        fresh = op.fetch_chunk(None, newest)                 # not kept: built again, with the row
+        assert "user=zed" in _terms(op, fresh) and op.source.built_chunks[newest] == 2
+        assert op.fetch_chunk(None, newest) is fresh         # and that one is kept
+    finally:
+        arch.close()
 
 
 @pytest.fixture(autouse=True)
