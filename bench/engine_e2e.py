@@ -44,6 +44,7 @@ import psutil
 import yaml
 
 from archive.pg import ENV_DSN, embedded_dsn
+from bench.cpu_share import CpuShare
 from bench.report import ROOT, exit_code, publish, target
 from recall.api import Output, OutputKind
 
@@ -368,6 +369,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         pq = ProvQuery(enabled=False)
         ck = b.tmp / f"plain_{uuid.uuid4().hex[:6]}"
         t0 = time.monotonic()
+        share = CpuShare().start()
         queries = []
         for stream in STREAMS:
             df = source(spark, stream, until_iso).withWatermark("ts", "1 minute")
@@ -381,6 +383,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
                 time.sleep(0.2)
         try:
             secs = wait_done(queries, end_ns, 1800) - t0
+            extra["cpu"] = share.stop()
             phases.update(where_time_goes(queries))
             return secs
         finally:
@@ -404,11 +407,14 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
             rematerialize(engine, "overload", resume=True, batch=48)
         t0 = time.monotonic()
+        share = CpuShare().start()
         engine.start()
         queries = [src.query for src in engine._sources.values() if src.query is not None]
         queries += [f.streaming for f in engine.deploy.flows.values()]
         try:
             secs = wait_done(queries, until_ns, 1800) - t0
+            extra["cpu"] = share.stop()
+            extra["flow_seconds"] = {n: f.timings() for n, f in engine.deploy.flows.items()} or None
             phases = where_time_goes(queries)
             events = sum(f.events_seen for f in engine.deploy.flows.values())
             tasks = len([t for t in engine.deploy.manager.tasks() if not t.operator.startswith("replica_")])
@@ -418,6 +424,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         return secs, events if full else None, tasks if full else None, phases
 
     phases: dict = {}
+    extra: dict = {}  # the current run's CPU by process class, and its event-flows' driver seconds by phase
     warm_ns = start_ns + 3600 * 10**9  # one discarded hour: JVM classes, Python workers
     for attempt in range(3):  # a cold Python worker may miss Spark's 10 s connect-back on a loaded machine
         try:
@@ -429,11 +436,13 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
     for r in range(rounds):  # interleaved, so a slow spell of the shared machine hits every config alike
         for config in runs:
             phases = {}
+            extra.clear()
             if config == "plain":
                 secs = retry(lambda: plain(until, until_ns), "throughput plain")
             else:
                 secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
-            run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases}
+            run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases,
+                   "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
             if config in ("full", "full_own"):
                 run.update(events=events, recall_tasks=tasks)
             runs[config].append(run)
@@ -512,6 +521,41 @@ def phase_line(configs: dict) -> str:
         sink = sum(q.get("addBatch", 0) for q in ph.values())
         src = sum(q.get("latestOffset", 0) + q.get("getBatch", 0) for q in ph.values())
         parts.append(f"{name} {sink:,} / {src:,}")
+    return "; ".join(parts)
+
+
+def cpu_line(configs: dict) -> str:
+    """Core-seconds each config's median run used, by process class, and how busy the
+    machine was (a config whose cores were busy throughout is CPU-bound: only less work
+    makes it faster).
+
+    >>> cpu_line({"plain": {"cpu": {"seconds": 10.0, "cores": 2, "busy": 18.0, "jvm": 6.0, "postgres": 1.0,
+    ...           "python_workers": 9.0, "driver": 1.5, "other": 0.5}}, "archive": {"cpu": None}})
+    'plain 18.0 (JVM 6.0, Python workers 9.0, PostgreSQL 1.0, driver 1.5, other 0.5; 90 % busy)'
+    """
+    names = {"jvm": "JVM", "python_workers": "Python workers", "postgres": "PostgreSQL", "driver": "driver"}
+    parts = []
+    for name, c in configs.items():
+        u = c.get("cpu")
+        if not u:
+            continue
+        by = ", ".join(f"{names[k]} {u[k]:.1f}" for k in ("jvm", "python_workers", "postgres", "driver"))
+        busy = u["busy"] / (u["seconds"] * u["cores"]) if u["seconds"] else 0.0
+        parts.append(f"{name} {u['busy']:.1f} ({by}, other {u['other']:.1f}; {busy * 100:.0f} % busy)")
+    return "; ".join(parts)
+
+
+def flow_line(configs: dict) -> str:
+    """The full engine's event-query, driver seconds by phase (its median run): collect is
+    the batch's Spark job; contexts and events run on the event worker, beside the next batch.
+
+    >>> flow_line({"full": {"flow_seconds": {"overload": {"collect": 9.5, "ank1": 0.6, "wait": 0.0}}}})
+    'full: overload collect 9.5, ank1 0.6, wait 0'
+    """
+    parts = []
+    for name, c in configs.items():
+        for flow, secs in (c.get("flow_seconds") or {}).items():
+            parts.append(f"{name}: {flow} " + ", ".join(f"{k} {v:g}" for k, v in secs.items()))
     return "; ".join(parts)
 
 
@@ -629,6 +673,8 @@ Target full >= 0.70 x plain: **{'met' if tp['meets_target'] else 'missed'}**. Ge
 in pandas alone takes {tp['pandas_generation_s']} s (the source regenerates them in Spark's Python workers).
 Where time goes (Spark progress, ms summed over the queries: sink `addBatch` / source `latestOffset`+`getBatch`):
 {phase_line(c)}.
+CPU core-seconds over each median run, by process: {cpu_line(c) or 'not measured'}.
+Event-query driver seconds by phase: {flow_line(c) or 'not measured'}.
 
 Memory over the live run (growth = median of the second half of the samples after a third of the run vs.
 the median of the first half; target <= 10 %; the endpoints are shown):
