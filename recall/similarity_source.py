@@ -17,7 +17,8 @@
    operator's streams goes through :func:`archive.simindex.invalidate` (the Archiver's
    appends, late rows, re-materialization, retention), which drops it, so the tasks of
    the events of one micro-batch share one build of the chunk, and the next batch's
-   events (whose own rows and contexts changed it) build it again. A build that an
+   events (whose own rows and contexts changed it) build it again. They are held within
+   a quarter of the memory budget (the sealed ones within the rest). A build that an
    invalidation overtook (its read may predate the write) is used by its own task but
    not kept. Before, every task read and built every present chunk again: the scenario's
    46 alerts built 13 present chunks about 230 times (issue 11).
@@ -50,8 +51,8 @@ from similarity.index_codec import CorruptIndex, decode, encode
 
 log = logging.getLogger(__name__)
 DEFAULT_CACHE_BYTES = 256 * 2**20
-#: present chunks whose index is kept (newest first): the present tier holds a few
-PRESENT_KEPT = 64
+#: the share of the memory budget for present chunks' indexes (the rest is the sealed ones')
+PRESENT_SHARE = 4
 
 
 class ChunkSource:
@@ -60,9 +61,10 @@ class ChunkSource:
     def __init__(self, op: Any, cache_bytes: int = DEFAULT_CACHE_BYTES, persist: bool = True) -> None:
         self.op = op
         self.streams: tuple[str, ...] = (op.event_stream, *op.context_streams, *op.surrounding_streams)
-        self.cache = IndexCache(cache_bytes, keep=lambda chunk_id: chunk_id)  # oldest history out first
+        present = cache_bytes // PRESENT_SHARE  # present chunks kept while unchanged (_present_index)
+        self.cache = IndexCache(cache_bytes - present, keep=lambda chunk_id: chunk_id)  # oldest history out first
+        self._present = IndexCache(present, keep=lambda chunk_id: chunk_id)
         self.builds = self.loads = self.corrupt = self.prebuilt = self.present_hits = 0
-        self._present: dict[int, ChunkIndex] = {}  # present chunk -> its index while its rows are unchanged
         self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0
         can = persist and hasattr(op.store, "_conn")
@@ -74,6 +76,11 @@ class ChunkSource:
         self._guard = threading.Lock()
         simindex.listen(self._on_invalidate)
 
+    @property
+    def budget(self) -> int:
+        """Bytes of chunk indexes held in memory at most: sealed and present ones."""
+        return self.cache.budget + self._present.budget
+
     def close(self) -> None:
         simindex.unlisten(self._on_invalidate)
 
@@ -83,7 +90,7 @@ class ChunkSource:
             with self._guard:  # with _keep_present's check-and-keep: a kept index is never stale
                 for c in ids:
                     self._generation[c] = self._generation.get(c, 0) + 1
-                    self._present.pop(c, None)
+                self._present.discard(lambda k: k in ids)
             self.cache.discard(lambda k: k in ids)
 
     def _task_chunks(self, stream: str, chunk_ids: Sequence[int]) -> set[int]:
@@ -124,7 +131,7 @@ class ChunkSource:
     def invalidate_all(self) -> None:
         self._reconciled = False
         with self._guard:
-            self._present.clear()
+            self._present.discard(lambda k: True)
         self.cache.discard(lambda k: True)
 
     def _lock_of(self, chunk_id: int) -> threading.Lock:
@@ -148,7 +155,7 @@ class ChunkSource:
             if not sealed:
                 return self._present_index(chunk_id, conn, timeout_ms)
             with self._guard:  # sealed since: persisted and cached the sealed way from now on
-                self._present.pop(chunk_id, None)
+                self._present.discard(lambda k: k == chunk_id)
             ix = self._decode(chunk_id, blob)
             if ix is None:
                 return self._build_sealed(chunk_id, conn, timeout_ms)
@@ -167,9 +174,7 @@ class ChunkSource:
         ix = self.build(chunk_id, conn, timeout_ms)
         with self._guard:
             if self._generation.get(chunk_id, 0) == generation:
-                self._present[chunk_id] = ix
-                while len(self._present) > PRESENT_KEPT:  # the oldest out (ids grow with time)
-                    del self._present[min(self._present)]
+                self._present.put(chunk_id, ix)  # within its budget, the oldest chunks out first
         return ix
 
     def prebuild_one(self, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> bool:
@@ -297,7 +302,7 @@ class ChunkSource:
 
     def stats(self) -> dict[str, Any]:
         return {"builds": self.builds, "prebuilt": self.prebuilt, "loads": self.loads, "corrupt": self.corrupt,
-                "present_hits": self.present_hits, "present_kept": len(self._present),
+                "present_hits": self.present_hits, "present_cache": self._present.stats(),
                 "built_contexts": self.built_contexts, "build_seconds": self.build_seconds,
                 "read_seconds": self.read_seconds, "save_seconds": self.save_seconds,
                 "cache": self.cache.stats()}

@@ -126,7 +126,7 @@ def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkey
             op.stats.learn_many(contexts)
             table = op.stats.table().numeric["load"]
             got[label] = (op.k, op.config.numeric["load"], table.h, len(table.means), op.novelty.fixed,
-                          op.novelty.quantile, op.source.cache.budget, op.config.idf, op.stats.config.idf)
+                          op.novelty.quantile, op.source.budget, op.config.idf, op.stats.config.idf)
             assert explicit.config.numeric["load"].bandwidth == 2.0  # an explicit spec wins
         finally:
             e.close()
