@@ -507,8 +507,11 @@ def _at_capacity(data: dict, cfg: str) -> tuple[dict | None, int]:
     runs = [r for r in c.get("runs", []) if r["sustained"] and r.get("cpu") and r["rate"] == c["sustained_rows_per_s"]]
     if not runs:
         return None, 0
-    source = "plain" if cfg == "plain" else "archive_metrics"
-    return runs[-1], runs[-1]["queries"].get(source, {}).get("input_rows") or 0
+    queries = runs[-1]["queries"]
+    # the query that read the rate source: plain's, its archive query's, or (archive.shared_read)
+    # the event-query that archives it
+    source = next((q for q in ("plain", "archive_metrics", "event_overload") if q in queries), None)
+    return runs[-1], (queries.get(source) or {}).get("input_rows") or 0
 
 
 CPU_LABELS = {"jvm": "Spark JVM", "postgres": "PostgreSQL", "python_workers": "Python workers", "driver": "driver"}
