@@ -64,7 +64,7 @@ class ChunkSource:
         present = cache_bytes // PRESENT_SHARE  # present chunks kept while unchanged (_present_index)
         self.cache = IndexCache(cache_bytes - present, keep=lambda chunk_id: chunk_id)  # oldest history out first
         self._present = IndexCache(present, keep=lambda chunk_id: chunk_id)
-        self.builds = self.loads = self.corrupt = self.prebuilt = self.present_hits = 0
+        self.builds = self.loads = self.corrupt = self.prebuilt = 0
         self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0
         can = persist and hasattr(op.store, "_conn")
@@ -77,6 +77,11 @@ class ChunkSource:
         simindex.listen(self._on_invalidate)
 
     @property
+    def present_hits(self) -> int:
+        """Fetches of a present chunk served by its kept index (no read, no build)."""
+        return self._present.hits
+
+    @property
     def budget(self) -> int:
         """Bytes of chunk indexes held in memory at most: sealed and present ones."""
         return self.cache.budget + self._present.budget
@@ -87,7 +92,7 @@ class ChunkSource:
     def _on_invalidate(self, stream: str, chunk_ids: Sequence[int]) -> None:
         if stream in self.streams:
             ids = self._task_chunks(stream, chunk_ids)
-            with self._guard:  # with _keep_present's check-and-keep: a kept index is never stale
+            with self._guard:  # with _present_index's check-and-keep: a kept index is never stale
                 for c in ids:
                     self._generation[c] = self._generation.get(c, 0) + 1
                 self._present.discard(lambda k: k in ids)
@@ -169,7 +174,6 @@ class ChunkSource:
             hit = self._present.get(chunk_id)
             generation = self._generation.get(chunk_id, 0)
         if hit is not None:
-            self.present_hits += 1
             return hit
         ix = self.build(chunk_id, conn, timeout_ms)
         with self._guard:
