@@ -70,6 +70,7 @@ class Archiver(ChunkStore):
         self._horizons: dict[str, datetime] = {}
         self._intervals: dict[str, timedelta] = {}
         self._task_ids = chunks.TaskIdCache()
+        self._cluster: dict[str, tuple[str, ...]] = {}
         self._load()
 
     # -- connections -------------------------------------------------------------------
@@ -154,6 +155,17 @@ class Archiver(ChunkStore):
 
     def streams(self) -> list[StreamSpec]:
         return list(self._streams.values())
+
+    def cluster_by(self, stream: str, keys: tuple[str, ...]) -> tuple[str, ...]:
+        """Ask for the executors to write the stream's rows sorted by ``keys`` within each
+        chunk of a micro-batch partition (:mod:`archive.contributors`); the first keys
+        asked for in this process win. Returns the stream's cluster keys."""
+        with self._lock:
+            return self._cluster.setdefault(stream, tuple(keys)) if keys else self.cluster_keys(stream)
+
+    def cluster_keys(self, stream: str) -> tuple[str, ...]:
+        """The columns the stream's rows are written sorted by, or ()."""
+        return self._cluster.get(stream, ())
 
     def horizon(self, stream: str) -> datetime | None:
         return self._horizons.get(stream)

@@ -90,6 +90,7 @@ class PartitionJob:
     horizon: datetime | None = None
     bulk: bool = False
     skip: bool = False  # the batch is in the batch log already (a replay): write nothing
+    cluster: tuple[str, ...] = ()  # each chunk's rows are written sorted by these columns
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -135,7 +136,7 @@ class StreamWriter:
         horizon = datetime.fromisoformat(b["horizon"]) if b.get("horizon") else None
         return PartitionJob(self.dsn, self.schema, self.spec, int(b["batch_id"]), int(b["span_us"]),
                             self.after_commit, self.retry_seconds, horizon=horizon, bulk=bool(b.get("bulk")),
-                            skip=bool(b.get("skip")))
+                            skip=bool(b.get("skip")), cluster=tuple(b.get("cluster") or ()))
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -189,15 +190,16 @@ class PassThrough(StreamWriter):
 
 
 def batch_property(batch_id: int, span_us: int, horizon: datetime | None, bulk: bool = False,
-                   skip: bool = False) -> str:
-    """The value of :data:`BATCH_PROPERTY` for one micro-batch.
+                   skip: bool = False, cluster: tuple[str, ...] = ()) -> str:
+    """The value of :data:`BATCH_PROPERTY` for one micro-batch; ``cluster``: the stream's
+    cluster keys (:meth:`archive.archiver.Archiver.cluster_keys`).
 
-    >>> batch_property(7, 3_600_000_000, None)
-    '{"batch_id": 7, "span_us": 3600000000, "horizon": null, "bulk": false, "skip": false}'
+    >>> batch_property(7, 3_600_000_000, None, cluster=("sid",))
+    '{"batch_id": 7, "span_us": 3600000000, "horizon": null, "bulk": false, "skip": false, "cluster": ["sid"]}'
     """
     return json.dumps({"batch_id": int(batch_id), "span_us": int(span_us),
                        "horizon": None if horizon is None else horizon.isoformat(), "bulk": bool(bulk),
-                       "skip": bool(skip)})
+                       "skip": bool(skip), "cluster": list(cluster)})
 
 
 def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
@@ -239,6 +241,8 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
     into the stream's stage table instead, from which the driver archives them."""
     spec = job.spec
     good, dead = split_arrow(table, spec)
+    if job.cluster and good.num_rows > 1:  # see archive.contributors: BRIN then skips other keys' rows
+        good = good.take(pc.sort_indices(good, sort_keys=[(k, "ascending") for k in job.cluster]))
     conn = _connection(job.dsn, job.schema)
     staged = job.span_us <= 0
     try:

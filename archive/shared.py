@@ -132,7 +132,8 @@ class SharedArchive:
         # owner's ids follow its micro-batches); only a restart's first batch must ask
         skip = batch_id <= self._committed or (self._committed < 0 and arch.batch_done(self.stream, bid))
         sc.setLocalProperty(shared_property(self.stream),
-                            batch_property(bid, span_us, self.archiver.horizon(self.stream), skip=skip))
+                            batch_property(bid, span_us, self.archiver.horizon(self.stream), skip=skip,
+                                           cluster=arch.cluster_keys(self.stream)))
 
     def end(self, sc) -> None:
         sc.setLocalProperty(shared_property(self.stream), None)

@@ -159,7 +159,8 @@ def _write_from_executors(archiver, spec, typed, batch_id, span_us, writers: _Wr
     created: set[int] = set()
     for _ in range(8):  # normally once: the executors create the chunks they need
         # the horizon as of now decides new chunks' tiers on the executors (see PartitionJob)
-        batch = batch_property(batch_id, span_us, archiver.horizon(spec.name), bulk=False)
+        batch = batch_property(batch_id, span_us, archiver.horizon(spec.name), bulk=False,
+                               cluster=archiver.cluster_keys(spec.name))
         missing = {c for r in writers.run(typed, batch) for c in (r["missing"] or ())}
         if not missing:
             return archiver.commit_parts(spec.name, batch_id)

@@ -158,6 +158,8 @@ class EventFlow:
                           .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
         if self.adapter is not None:
             self.adapter.attach(self.streaming)
+        if self.resolver is not None:
+            self.resolver.start()
         if self.ankn is not None:
             self.ankn_streaming = self.ankn.start(checkpoint + "-ankn", {"processingTime": trigger},
                                                   f"ankn_{self.query.name}")
@@ -170,6 +172,8 @@ class EventFlow:
         if self.ankn_streaming is not None:
             self.ankn_streaming.stop()
             self.ankn_streaming = None
+        if self.resolver is not None:
+            self.resolver.stop()
 
     def _collect_and_deliver(self, batch_df, batch_id: int) -> None:
         cols = [c for c in batch_df.columns if c not in (PROV, "_sink_id")]

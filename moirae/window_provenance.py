@@ -24,7 +24,8 @@ from datetime import datetime
 
 from ananke.digest import Digest, DigestSpec, match
 from ananke.ids import from_micros
-from archive.contributors import ensure_time_index, unarchivable, window_rows
+from archive.brin_summary import Summarizer
+from archive.contributors import ensure_time_index, time_index_name, unarchivable, window_rows
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,14 @@ class ArchiveResolver:
     def __init__(self, engine, spec: DigestSpec) -> None:
         self.engine = engine
         self.spec = spec
-        ensure_time_index(engine.archiver, spec.stream)
+        #: the stream's rows are written sorted by the windows' keys (the first such
+        #: resolver of the stream wins), so its BRIN index skips other keys' rows
+        self.cluster = ensure_time_index(engine.archiver, spec.stream, spec.keys)
+        #: the stream's BRIN summaries kept up with its newest rows every quarter trigger, off
+        #: the batch thread (archive.brin_summary), from when the query starts
+        self.summaries = Summarizer(engine.archiver, spec.stream,
+                                    lambda: time_index_name(spec.stream, engine.archiver.cluster_keys(spec.stream)),
+                                    engine.settings.spark.trigger.total_seconds() / 4)
         self._lock = threading.Lock()
         #: windows resolved; read again after waiting; tuples removed as dropped by Spark;
         #: windows left unmatched; seconds waiting for the archive to reach the windows'
@@ -77,8 +85,12 @@ class ArchiveResolver:
                 self._unmatched(windows[i], d, 0, f"a key value {why}: its tuples are dead letters")
             else:
                 pending.append(i)
+        self.summaries.start()
+        if pending:
+            self.summaries.now(min(windows[i][1] for i in pending), max(windows[i][2] for i in pending))
         while pending:
-            rows = window_rows(self.engine.archiver, spec.stream, spec.keys, [windows[i] for i in pending])
+            rows = window_rows(self.engine.archiver, spec.stream, spec.keys, [windows[i] for i in pending],
+                               summarize=False)
             short = []
             for i, cands in zip(pending, rows, strict=True):
                 d = digests[i]
@@ -124,7 +136,16 @@ class ArchiveResolver:
                     "query's own clock, does this",
                     f"; {quiet} more unmatched window(s) since the last such line" if quiet else "")
 
+    def start(self) -> None:
+        """Start keeping the stream's BRIN summaries up (idempotent; a batch's digests
+        start them too)."""
+        self.summaries.start()
+
+    def stop(self) -> None:
+        """Stop the background summaries."""
+        self.summaries.stop()
+
     def status(self) -> dict:
         with self._lock:
             return {**self.stats, "wait_seconds": round(self.stats["wait_seconds"], 3),
-                    "read_seconds": round(self.stats["read_seconds"], 3)}
+                    "read_seconds": round(self.stats["read_seconds"], 3), "summaries": self.summaries.status()}

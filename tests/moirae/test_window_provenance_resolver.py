@@ -82,3 +82,10 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     assert nul == [[]] and r.status()["unmatched"] == 5  # no read (psycopg2 refuses a NUL), no wait
     with pytest.raises(ValueError, match="resolver of"):
         r(DigestSpec("metrics", "ts", ("bw",)), [])
+    # the rows are clustered by the windows' key from now on, and summarized off the reads' path
+    assert engine.archiver.cluster_keys("metrics") == ("sid",) == r.cluster
+    summaries = r.status()["summaries"]
+    assert summaries["now"] >= 1 and summaries["errors"] == 0
+    assert r.summaries._thread is not None and r.summaries._thread.is_alive()
+    r.stop()
+    assert r.summaries._thread is None

@@ -1,0 +1,150 @@
+"""Rows clustered by the window key as the executors write them (archive.exec_sink,
+archive.contributors): the stream's BRIN index on event time and key, the partition
+writer's sort, the per-window reads skipping other keys' pages, and the summaries kept
+up in the background (archive.brin_summary)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from arch_helpers import T0, metrics_spec, rows
+
+from archive import StreamSpec, contributors, exec_sink
+from archive.brin_summary import Summarizer
+from archive.contributors import ensure_time_index, time_index_name, window_rows
+from archive.exec_sink import PartitionJob, write_partition
+from archive.ids import source_ids
+
+pytestmark = pytest.mark.postgres
+HOUR_US = 3_600_000_000
+
+
+def _brin_indexes(archiver, stream: str = "metrics") -> dict[str, str]:
+    """The BRIN indexes of the stream's table: name -> definition."""
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                    "WHERE i.indrelid = to_regclass(%s) AND pg_get_indexdef(c.oid) ILIKE '%%USING brin%%'",
+                    (f'"{stream}"',))
+        return dict(cur.fetchall())
+
+
+def _partition(archiver, frame: pd.DataFrame, stream: str = "metrics") -> pa.Table:
+    """``frame`` as Spark hands a partition over: ``_sid``, event time (us, UTC), payload."""
+    spec = archiver.stream(stream)
+    frame = frame.copy()
+    frame.insert(0, "_sid", source_ids(stream, frame, spec.id_columns))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("us", "UTC")))
+
+
+@pytest.fixture
+def writer(archiver):
+    """Write a partition of ``frame`` into ``stream`` as an executor does, with the
+    stream's cluster keys as the driver hands them on (the batch property)."""
+    def write(frame: pd.DataFrame, batch: int, part: int = 0, stream: str = "metrics") -> None:
+        archiver.fix_interval(stream, 0, timedelta(0))
+        prop = json.loads(exec_sink.batch_property(batch, HOUR_US, None, cluster=archiver.cluster_keys(stream)))
+        job = PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream(stream), batch, HOUR_US,
+                           cluster=tuple(prop["cluster"]))
+        assert write_partition(job, part, _partition(archiver, frame, stream))[3] == []
+        archiver.commit_parts(stream, batch)
+
+    yield write
+    exec_sink._drop_connection(archiver.db.dsn, archiver.db.schema)
+
+
+def test_the_first_keys_asked_for_cluster_the_stream_and_its_one_brin_index(archiver, pg):
+    assert ensure_time_index(archiver, "metrics") == ()
+    assert list(_brin_indexes(archiver)) == ["metrics__ts_brin"]
+    assert ensure_time_index(archiver, "metrics", ["host"]) == ("host",)
+    assert archiver.cluster_keys("metrics") == ("host",)
+    indexes = _brin_indexes(archiver)
+    assert list(indexes) == ["metrics__ts_host_brin"]  # the plain one went: this one serves its reads
+    assert "(ts, host)" in indexes["metrics__ts_host_brin"]
+    assert ensure_time_index(archiver, "metrics", ["n"]) == ("host",)  # rows have one order: the first wins
+    assert ensure_time_index(archiver, "metrics") == ("host",)
+    assert list(_brin_indexes(archiver)) == ["metrics__ts_host_brin"]
+    with pytest.raises(KeyError, match="nope"):
+        ensure_time_index(archiver, "metrics", ["nope"])
+    archiver.register_stream(StreamSpec.build("flags", "ts", {"ok": "boolean", "host": "text"}))
+    assert ensure_time_index(archiver, "flags", ["ok", "host"]) == ("host",)  # BRIN has no boolean summary
+    assert list(_brin_indexes(archiver, "flags")) == ["flags__ts_host_brin"]
+
+
+def test_an_executor_writes_each_chunk_sorted_by_the_cluster_keys(archiver, writer):
+    frame = rows(60, step=timedelta(minutes=2), hosts=7)  # two hourly chunks, hosts in turn
+    writer(frame, 1)  # before any keys were asked for: as it came
+    ensure_time_index(archiver, "metrics", ["host"])
+    writer(rows(60, step=timedelta(minutes=2), hosts=7, first=60), 2)
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT tableoid::regclass::text, _batch, host FROM metrics ORDER BY tableoid, ctid")
+        got = cur.fetchall()
+    for chunk in {c for c, _, _ in got}:
+        first = [h for c, b, h in got if c == chunk and b == 1]
+        second = [h for c, b, h in got if c == chunk and b == 2]
+        assert first != sorted(first)
+        assert second == sorted(second) and len(set(second)) == 7
+    assert len(got) == 120  # nothing lost to the sort
+
+
+def test_a_clustered_read_of_one_key_skips_the_other_keys_pages(archiver, writer, monkeypatch):
+    """The same rows, written by four partitions with and without the sort: one key's
+    window reads the same rows either way, and several times fewer heap pages clustered."""
+    monkeypatch.setattr(contributors, "PAGES_PER_RANGE", 4)  # fine ranges: a small table shows the difference
+    n = 40_000
+    i = np.arange(n)
+    frame = pd.DataFrame({"ts": [T0 + timedelta(milliseconds=int(x)) for x in i * 50], "host": [f"h{x % 100:03d}" for x in i],
+                          "v": i / 4, "n": i})
+    archiver.register_stream(metrics_spec("plain"))
+    ensure_time_index(archiver, "metrics", ["host"])
+    ensure_time_index(archiver, "plain")
+    for part in range(4):
+        piece = frame.iloc[part * n // 4:(part + 1) * n // 4]
+        writer(piece, 1, part, "metrics")
+        writer(piece, 1, part, "plain")
+    lo, hi = T0, T0 + timedelta(hours=1)
+    windows = [(("h042",), lo, hi), (("h007",), lo + timedelta(minutes=10), hi)]
+    got = {s: window_rows(archiver, s, ["host"], windows) for s in ("metrics", "plain")}
+    assert [len(w) for w in got["metrics"]] == [400, 280]  # 100 keys over 33 min 20 s
+    assert [sorted(t for _, t, _ in w) for w in got["metrics"]] == [sorted(t for _, t, _ in w) for w in got["plain"]]
+
+    def heap_pages(stream: str) -> int:
+        with archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SET enable_seqscan = off")
+            cur.execute(f'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT _sid FROM "{stream}" '
+                        "WHERE ts >= %s AND ts < %s AND host = %s", (lo, hi, "h042"))
+            plan = cur.fetchone()[0][0]["Plan"]
+            assert "Bitmap Heap Scan" in json.dumps(plan)
+            return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+
+    clustered, plain = heap_pages("metrics"), heap_pages("plain")
+    assert clustered * 5 < plain, (clustered, plain)
+
+
+def test_a_summarizer_keeps_up_with_new_pages_in_the_background(archiver):
+    ensure_time_index(archiver, "metrics", ["host"])
+    s = Summarizer(archiver, "metrics", lambda: time_index_name("metrics", archiver.cluster_keys("metrics")), 0.05)
+    archiver.append("metrics", 0, rows(20_000, step=timedelta(milliseconds=100)))  # several full 32-page ranges
+    assert s.run_once() > 0
+    assert s.run_once() == 0  # each range once
+    before = s.stats["ranges"]
+    s.start()
+    try:
+        archiver.append("metrics", 1, rows(20_000, start=T0 + timedelta(hours=1), step=timedelta(milliseconds=100)))
+        deadline = time.monotonic() + 30
+        while s.stats["ranges"] == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.stats["passes"] >= 2 and s.stats["errors"] == 0
+        assert s.now(T0, T0 + timedelta(hours=2)) == 0  # nothing left for a reader to summarize
+    finally:
+        s.stop()
+    assert s._thread is None
+    passes = s.stats["passes"]
+    time.sleep(0.2)
+    assert s.stats["passes"] == passes  # stopped
