@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from archive import simindex
 from archive.abc import Tier
+from archive.chunks import vacuum_off
 from archive.names import index_name, partition_name, quote
 from archive.streams import Retention
 
@@ -144,6 +145,8 @@ def _set_tier(arch: Archiver, spec, chunk_id: int, tier: Tier, index: bool) -> N
                 names.append(ix)
             else:
                 cur.execute(f"DROP INDEX IF EXISTS {quote(ix)}")
+        if spec.kind == "raw":  # autovacuum leaves present chunks alone (archive.chunks.vacuum_off)
+            cur.execute(f"ALTER TABLE {quote(part)} SET (autovacuum_enabled = {'off' if vacuum_off(spec, tier) else 'on'})")
         cur.execute("UPDATE moirae_chunks SET tier = %s, indexes = %s WHERE stream = %s AND chunk_id = %s",
                     (tier.value, names, spec.name, chunk_id))
 

@@ -33,15 +33,26 @@ def _expected_indexes(arch, cid):
     return {index_name("metrics", cid, k) for k in range(len(arch.stream("metrics").indexes))}
 
 
+def _autovacuum(arch) -> dict[str, bool]:
+    """Partition name -> whether autovacuum may vacuum it (its reloptions)."""
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT c.relname, (SELECT o.option_value::boolean FROM pg_options_to_table(c.reloptions) o "
+                    "WHERE o.option_name = 'autovacuum_enabled') FROM pg_inherits i JOIN pg_class c "
+                    "ON c.oid = i.inhrelid WHERE i.inhparent = 'metrics'::regclass")
+        return {name: on is not False for name, on in cur.fetchall()}
+
+
 def check_layout(arch):
     """Every recent chunk has exactly the spec's indexes, present and old chunks none, and
-    the catalog says the same as pg_indexes."""
+    the catalog says the same as pg_indexes; autovacuum leaves present chunks alone only."""
     actual = indexes_of(arch)
+    vacuumed = _autovacuum(arch)
     for info in arch.chunks("metrics"):
         have = actual.get(partition_name("metrics", info.chunk_id), set())
         want = _expected_indexes(arch, info.chunk_id) if info.tier is Tier.RECENT else set()
         assert have == want, (info.chunk_id, info.tier)
         assert set(info.indexes) == want
+        assert vacuumed[partition_name("metrics", info.chunk_id)] is (info.tier is not Tier.PRESENT), info
 
 
 def test_demote_builds_indexes_and_age_drops_them(archiver):
@@ -49,6 +60,7 @@ def test_demote_builds_indexes_and_age_drops_them(archiver):
     cids = sorted(_tiers(archiver))
     assert len(cids) == 10 and set(_tiers(archiver).values()) == {Tier.PRESENT}
     assert indexes_of(archiver) == {}
+    check_layout(archiver)  # autovacuum off while present
 
     moves = archiver.demote(T0 + timedelta(hours=6))
     assert sorted(m.chunk_id for m in moves) == cids[:6]
