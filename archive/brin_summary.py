@@ -30,18 +30,32 @@ from archive.names import partition_name, quote
 log = logging.getLogger(__name__)
 
 
-def summarize(archiver, stream: str, chunk_ids: Iterable[int], index: str) -> int:
+def span_chunks(archiver, stream: str, lo: datetime, hi: datetime) -> range:
+    """The ids of the stream's chunks that ``[lo, hi]`` falls in (existing or not)."""
+    grid = archiver.grid_of(stream)
+    return range(grid.chunk_of(lo), grid.chunk_of(hi) + 1)
+
+
+def summarize(archiver, stream: str, chunk_ids: Iterable[int], index: str,
+              names: dict[tuple[str, str], str] | None = None) -> int:
     """Summarize the new pages of the BRIN index ``index`` (of the stream's table) on each
-    of ``chunk_ids`` that exists; returns how many page ranges it summarized."""
+    of ``chunk_ids`` that exists; returns how many page ranges it summarized. ``names``,
+    when given, caches each chunk's index name (by index and chunk table), so a caller
+    summarizing the same chunks again reads the catalog only for new ones."""
     parts = [partition_name(stream, c) for c in chunk_ids]
     if not parts:
         return 0
+    cache = names if names is not None else {}
     done = 0
     with archiver.db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT c.oid::regclass::text FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid "
-                    "JOIN pg_index i ON i.indexrelid = c.oid JOIN pg_class p ON p.oid = i.indrelid "
-                    "WHERE h.inhparent = to_regclass(%s) AND p.relname = ANY(%s)", (quote(index), parts))
-        indexes = [r[0] for r in cur.fetchall()]
+        unknown = [p for p in parts if (index, p) not in cache]
+        if unknown:  # a chunk not yet created has no index: looked up again next time
+            cur.execute("SELECT p.relname, c.oid::regclass::text FROM pg_inherits h "
+                        "JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_index i ON i.indexrelid = c.oid "
+                        "JOIN pg_class p ON p.oid = i.indrelid "
+                        "WHERE h.inhparent = to_regclass(%s) AND p.relname = ANY(%s)", (quote(index), unknown))
+            cache.update({(index, part): ix for part, ix in cur.fetchall()})
+        indexes = [cache[(index, p)] for p in parts if (index, p) in cache]
         if not indexes:
             return 0
         cur.execute("SET lock_timeout = '100ms'")  # autocommit: each statement its own transaction
@@ -50,10 +64,15 @@ def summarize(archiver, stream: str, chunk_ids: Iterable[int], index: str) -> in
                 try:
                     cur.execute("SELECT brin_summarize_new_values(%s::regclass)", (ix,))
                     done += cur.fetchone()[0]
-                except Exception as exc:  # autovacuum holds the lock: read unsummarized pages
-                    if getattr(exc, "pgcode", None) != "55P03":
+                except Exception as exc:
+                    code = getattr(exc, "pgcode", None)
+                    if code == "42P01":  # the chunk was dropped since it was cached
+                        for key in [k for k, v in cache.items() if v == ix]:
+                            del cache[key]
+                    elif code == "55P03":  # autovacuum holds the lock: read unsummarized pages
+                        log.info("archive: BRIN index %s busy (autovacuum?); reading its unsummarized pages", ix)
+                    else:
                         raise
-                    log.info("archive: BRIN index %s busy (autovacuum?); reading its unsummarized pages", ix)
         finally:
             cur.execute("SET lock_timeout = 0")
     return done
@@ -69,6 +88,7 @@ class Summarizer:
         self.archiver, self.stream, self.index = archiver, stream, index
         self.period = max(float(period), 0.05)
         self._lock = threading.Lock()  # one pass at a time
+        self._names: dict[tuple[str, str], str] = {}  # each chunk's index name (summarize), under _lock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: background passes, ranges they summarized, their seconds; on-demand calls,
@@ -78,10 +98,10 @@ class Summarizer:
 
     def now(self, lo: datetime, hi: datetime) -> int:
         """Summarize the chunks of ``[lo, hi]`` now (after any pass under way)."""
-        grid = self.archiver.grid_of(self.stream)
         t0 = time.monotonic()
         with self._lock:
-            n = summarize(self.archiver, self.stream, range(grid.chunk_of(lo), grid.chunk_of(hi) + 1), self.index())
+            n = summarize(self.archiver, self.stream, span_chunks(self.archiver, self.stream, lo, hi), self.index(),
+                          self._names)
         self.stats["now"] += 1
         self.stats["now_ranges"] += n
         self.stats["now_seconds"] += time.monotonic() - t0
@@ -92,7 +112,10 @@ class Summarizer:
         t0 = time.monotonic()
         ids = [c.chunk_id for c in self.archiver.chunks(self.stream, Tier.PRESENT)]
         with self._lock:
-            n = summarize(self.archiver, self.stream, ids, self.index())
+            index = self.index()
+            keep = {(index, partition_name(self.stream, c)) for c in ids}  # the cache holds the present tier only
+            self._names = {k: v for k, v in self._names.items() if k in keep}
+            n = summarize(self.archiver, self.stream, ids, index, self._names)
         self.stats["passes"] += 1
         self.stats["ranges"] += n
         self.stats["seconds"] += time.monotonic() - t0

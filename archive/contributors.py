@@ -60,6 +60,12 @@ def time_index_name(stream: str, keys: Sequence[str] = ()) -> str:
     return f"{stream}__{name}_brin"
 
 
+def time_index(archiver, stream: str) -> str:
+    """The name of the stream's BRIN index now: on its event time and the keys its rows
+    are clustered by in this process (:func:`cluster_by`)."""
+    return time_index_name(stream, archiver.cluster_keys(stream))
+
+
 def cluster_by(archiver, stream: str, keys: Sequence[str]) -> tuple[str, ...]:
     """The columns a stream's rows are to be clustered by, asked for as ``keys``: the
     first keys asked for in this process win (rows have one order), less any column
@@ -120,10 +126,10 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
     readable = [i for i, w in enumerate(windows) if unarchivable(w[0]) is None]
     ts = quote(spec.ts_col)
     if summarize:
-        grid = archiver.grid_of(stream)
-        first, last = grid.chunk_of(min(w[1] for w in windows)), grid.chunk_of(max(w[2] for w in windows))
-        brin_summary.summarize(archiver, stream, range(first, last + 1),
-                               time_index_name(stream, archiver.cluster_keys(stream)))
+        brin_summary.summarize(archiver, stream,
+                               brin_summary.span_chunks(archiver, stream, min(w[1] for w in windows),
+                                                        max(w[2] for w in windows)),
+                               time_index(archiver, stream))
     with archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
         # a fresh chunk has no statistics, and without them the planner scans the whole chunk
         # rather than the BRIN ranges of the windows (393 against 228 ms for 5 s of a 20 s

@@ -25,7 +25,7 @@ from datetime import datetime
 from ananke.digest import Digest, DigestSpec, match
 from ananke.ids import from_micros
 from archive.brin_summary import Summarizer
-from archive.contributors import ensure_time_index, time_index_name, unarchivable, window_rows
+from archive.contributors import ensure_time_index, time_index, unarchivable, window_rows
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class ArchiveResolver:
         #: the stream's BRIN summaries kept up with its newest rows every quarter trigger, off
         #: the batch thread (archive.brin_summary), from when the query starts
         self.summaries = Summarizer(engine.archiver, spec.stream,
-                                    lambda: time_index_name(spec.stream, engine.archiver.cluster_keys(spec.stream)),
+                                    lambda: time_index(engine.archiver, spec.stream),
                                     engine.settings.spark.trigger.total_seconds() / 4)
         self._lock = threading.Lock()
         #: windows resolved; read again after waiting; tuples removed as dropped by Spark;

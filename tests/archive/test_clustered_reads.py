@@ -16,10 +16,11 @@ import pytest
 from arch_helpers import T0, metrics_spec, rows
 
 from archive import StreamSpec, contributors, exec_sink
-from archive.brin_summary import Summarizer
-from archive.contributors import ensure_time_index, time_index_name, window_rows
+from archive.brin_summary import Summarizer, summarize
+from archive.contributors import ensure_time_index, time_index, time_index_name, window_rows
 from archive.exec_sink import PartitionJob, write_partition
 from archive.ids import source_ids
+from archive.names import partition_name
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
@@ -129,7 +130,7 @@ def test_a_clustered_read_of_one_key_skips_the_other_keys_pages(archiver, writer
 
 def test_a_summarizer_keeps_up_with_new_pages_in_the_background(archiver):
     ensure_time_index(archiver, "metrics", ["host"])
-    s = Summarizer(archiver, "metrics", lambda: time_index_name("metrics", archiver.cluster_keys("metrics")), 0.05)
+    s = Summarizer(archiver, "metrics", lambda: time_index(archiver, "metrics"), 0.05)
     archiver.append("metrics", 0, rows(20_000, step=timedelta(milliseconds=100)))  # several full 32-page ranges
     assert s.run_once() > 0
     assert s.run_once() == 0  # each range once
@@ -137,10 +138,11 @@ def test_a_summarizer_keeps_up_with_new_pages_in_the_background(archiver):
     s.start()
     try:
         archiver.append("metrics", 1, rows(20_000, start=T0 + timedelta(hours=1), step=timedelta(milliseconds=100)))
+        target = s.stats["passes"] + 2  # a whole pass begun after the append returned
         deadline = time.monotonic() + 30
-        while s.stats["ranges"] == before and time.monotonic() < deadline:
+        while s.stats["passes"] < target and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert s.stats["passes"] >= 2 and s.stats["errors"] == 0
+        assert s.stats["ranges"] > before and s.stats["errors"] == 0
         assert s.now(T0, T0 + timedelta(hours=2)) == 0  # nothing left for a reader to summarize
     finally:
         s.stop()
@@ -148,3 +150,22 @@ def test_a_summarizer_keeps_up_with_new_pages_in_the_background(archiver):
     passes = s.stats["passes"]
     time.sleep(0.2)
     assert s.stats["passes"] == passes  # stopped
+
+
+def test_summarize_caches_each_chunks_index_name_and_forgets_a_dropped_one(archiver):
+    ensure_time_index(archiver, "metrics", ["host"])
+    archiver.append("metrics", 0, rows(20_000, step=timedelta(milliseconds=400)))  # more than one chunk
+    index = time_index(archiver, "metrics")
+    assert index == time_index_name("metrics", ["host"])
+    ids = [c.chunk_id for c in archiver.chunks("metrics")]
+    assert len(ids) > 1
+    names: dict = {}
+    assert summarize(archiver, "metrics", [*ids, max(ids) + 5], index, names) > 0  # one chunk not created yet
+    assert set(names) == {(index, partition_name("metrics", c)) for c in ids}
+    part = partition_name("metrics", ids[0])
+    real = names[(index, part)]
+    names[(index, part)] = "no_such_index"  # as if the chunk was dropped after it was cached
+    summarize(archiver, "metrics", ids, index, names)
+    assert (index, part) not in names
+    summarize(archiver, "metrics", ids, index, names)
+    assert names[(index, part)] == real
