@@ -256,8 +256,10 @@ class IncidentStore:
 
     def on_output(self, out) -> None:
         """A recall output: when it refines an event's norm, recompute that event's z
-        and its incident's severity."""
+        and its incident's severity (one statement, announced when it changed them)."""
         if out.kind not in (OutputKind.INSERT, OutputKind.UPDATE) or not isinstance(out.row, Mapping):
+            return
+        if norm_of(out.row) is None:  # not a norm row (a similar incident, say): nothing to look up
             return
         cfg = self.configs.get(getattr(self.events.get(out.eid), "event", None) or "") if self.events else None
         if cfg is not None and cfg.norm is not None and out.operator != cfg.norm:
@@ -273,15 +275,20 @@ class IncidentStore:
         if value is None or sd <= 0:
             return
         z = (value - mean) / sd
+        # The incident's severity is computed in the same statement as the event's new z:
+        # its subquery sees the events as they were before it, so the event's z is put in.
+        # A norm that changes neither (the same refinement again) writes and announces nothing.
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("UPDATE moirae_incident_events SET z = %s, value = %s WHERE eid = %s RETURNING incident",
-                        (z, value, out.eid))
+            cur.execute(
+                "WITH e AS (UPDATE moirae_incident_events SET z = %(z)s, value = %(v)s WHERE eid = %(eid)s "
+                "AND (z IS DISTINCT FROM %(z)s OR value IS DISTINCT FROM %(v)s) RETURNING incident) "
+                "UPDATE moirae_incidents i SET severity = (SELECT max(CASE WHEN x.eid = %(eid)s THEN %(z)s "
+                "ELSE x.z END) FROM moirae_incident_events x WHERE x.incident = i.id), updated_at = now() "
+                f"FROM e WHERE i.id = e.incident RETURNING {', '.join('i.' + c for c in COLUMNS)}",
+                {"z": z, "v": value, "eid": out.eid})
             row = cur.fetchone()
-            if row is None:
-                return
-            cur.execute("UPDATE moirae_incidents SET severity = (SELECT max(z) FROM moirae_incident_events "
-                        "WHERE incident = %s), updated_at = now() WHERE id = %s", (row[0], row[0]))
-        self._announce(row[0])
+        if row is not None:
+            self._publish_summary(self._summary(row))
 
     # -- reading ----------------------------------------------------------------------
 
@@ -372,13 +379,15 @@ class IncidentStore:
 
     def _announce(self, incident: str) -> dict[str, Any]:
         detail = self.get(incident)
+        self._publish_summary({k: v for k, v in detail.items() if k != "events"})
+        return detail
+
+    def _publish_summary(self, summary: dict[str, Any]) -> None:
         if self.publish is not None:
-            summary = {k: v for k, v in detail.items() if k != "events"}
             try:
                 self.publish({"type": "incident", **summary})
             except Exception as exc:  # a closed bus never fails the engine
                 log.debug("incidents: publish failed: %s", exc)
-        return detail
 
     def _summary(self, row) -> dict[str, Any]:
         d = dict(zip(COLUMNS, row, strict=True))

@@ -69,6 +69,33 @@ def test_norm_outputs_set_severity_and_actions_record_who_and_how(pg):
         store.acknowledge("nope")
 
 
+def test_a_refined_norm_lowers_severity_and_a_repeated_one_is_not_announced(pg):
+    log, store, published = store_and_log(pg)
+    log.add([rec("a", 5, 720.0), rec("a", 10, 900.0)])
+
+    def norm(eid: str, mean: float, sd: float, seq: int, operator: str = "norm") -> None:
+        store.on_output(Output(operator, eid, T0, OutputKind.INSERT, seq, "a",
+                               {"sid": "a", "mean_bw": mean, "sd_bw": sd, "n": 9}, None))
+
+    norm("ov:a:5", 120.0, 60.0, 0)  # z 10
+    norm("ov:a:10", 120.0, 30.0, 1)  # z 26, the incident's largest
+    assert store.get("ov:a:5")["severity"] == pytest.approx(26.0)
+    announced = len(published)
+    norm("ov:a:10", 120.0, 30.0, 2)  # the same refinement again: nothing written or announced
+    assert len(published) == announced
+    norm("ov:a:10", 300.0, 150.0, 3)  # refined down to z 4: the severity is now the other event's 10
+    inc = store.get("ov:a:5")
+    assert inc["severity"] == pytest.approx(10.0)
+    assert [e["z"] for e in inc["events"]] == [pytest.approx(10.0), pytest.approx(4.0)]
+    assert published[-1]["type"] == "incident" and published[-1]["severity"] == pytest.approx(10.0)
+    assert {k: v for k, v in inc.items() if k not in ("events", "updated_at")} == {
+        k: v for k, v in published[-1].items() if k not in ("type", "updated_at")}  # the summary get() shows
+    norm("ov:a:10", 0.0, 1.0, 4, operator="similar")  # another operator than the configured norm: ignored
+    store.on_output(Output("similar", "ov:a:10", T0, OutputKind.INSERT, 5, "x", {"incident": "x", "score": 0.9},
+                           None))
+    assert store.get("ov:a:5")["severity"] == pytest.approx(10.0) and len(published) == announced + 1
+
+
 def test_incidents_survive_a_restart(pg):
     log, store, _ = store_and_log(pg)
     log.add([rec("a", 5)])
