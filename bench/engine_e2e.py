@@ -406,6 +406,11 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             load_history(engine, scenario, progress=False)
             deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
             rematerialize(engine, "overload", resume=True, batch=48)
+            # the loaded history's similarity indexes are built before the clock starts, as
+            # in an engine that has run a while; those of chunks sealed during the run count
+            if not engine.deploy.indexes.drain(timeout=600):
+                raise RuntimeError("the history's similarity indexes were not built within 600 s")
+        built0 = engine.deploy.indexes.built
         t0 = time.monotonic()
         share = CpuShare().start()
         engine.start()
@@ -416,6 +421,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             extra["cpu"] = share.stop()
             extra["flow_seconds"] = {n: f.timings() for n, f in engine.deploy.flows.items()} or None
             phases = where_time_goes(queries)
+            extra["indexes_built"] = engine.deploy.indexes.built - built0
             events = sum(f.events_seen for f in engine.deploy.flows.values())
             tasks = len([t for t in engine.deploy.manager.tasks() if not t.operator.startswith("replica_")])
         finally:
@@ -443,6 +449,8 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
                 secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
             run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases,
                    "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
+            if config in ("full", "full_own"):
+                run["similarity_indexes_built"] = extra.get("indexes_built")
             if config in ("full", "full_own"):
                 run.update(events=events, recall_tasks=tasks)
             runs[config].append(run)
