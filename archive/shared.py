@@ -50,6 +50,9 @@ MARKER = "archived_by"
 
 _BLOCK = 1 << 40
 
+#: rows of a staged batch read at a time when it is committed (:meth:`SharedArchive.commit`)
+STAGE_READ_ROWS = 50_000
+
 
 def shared_batch_id(owner: str, batch_id: int) -> int:
     """The archive's batch id for micro-batch ``batch_id`` of event-query ``owner``: a block
@@ -165,13 +168,18 @@ class SharedArchive:
         unread: the batch is logged, so its replay writes nothing anywhere."""
         spec = self.archiver.stream(self.stream)
         names = ["_sid", *(c for c, _ in spec.id_columns)]
-        with self.archiver.db.connection() as conn, conn.cursor() as cur:
+        types = {"_sid": pa.int64(), **{c: t.arrow for c, t in spec.id_columns}}
+        pieces = [pa.table({c: pa.array([], type=types[c]) for c in names})]
+        # read in pieces through a server-side cursor: a first batch may be a whole backlog,
+        # and a row as a Python tuple takes about ten times its Arrow size
+        with self.archiver.db.connection(autocommit=False) as conn, conn.cursor(name="moirae_stage") as cur:
+            cur.itersize = STAGE_READ_ROWS
             cur.execute(f"SELECT {', '.join(quote(c) for c in names)} FROM {quote(stage_name(self.stream))} "
                         "WHERE _batch = %s", (bid,))
-            rows = cur.fetchall()
-        types = {"_sid": pa.int64(), **{c: t.arrow for c, t in spec.id_columns}}
-        table = pa.table({c: pa.array([r[i] for r in rows], type=types[c]) for i, c in enumerate(names)})
-        result = self.archiver.append(self.stream, bid, table)
+            while rows := cur.fetchmany(STAGE_READ_ROWS):
+                pieces.append(pa.table({c: pa.array([r[i] for r in rows], type=types[c])
+                                        for i, c in enumerate(names)}))
+        result = self.archiver.append(self.stream, bid, pa.concat_tables(pieces).combine_chunks())
         with self.archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
             cur.execute(f"DELETE FROM {quote(stage_name(self.stream))} WHERE _batch = %s", (bid,))
             cur.execute("DELETE FROM moirae_batch_parts WHERE stream = %s AND batch_id = %s", (self.stream, bid))
