@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from archive import brin_summary
-from archive.names import quote
+from archive.names import partition_name, quote
 from archive.types import ColumnType
 from archive.validate import text_problem
 
@@ -79,20 +79,40 @@ def cluster_by(archiver, stream: str, keys: Sequence[str]) -> tuple[str, ...]:
 
 
 def ensure_time_index(archiver, stream: str, keys: Sequence[str] = ()) -> tuple[str, ...]:
-    """Create the stream's BRIN index on its event time and cluster keys, on every chunk
-    (idempotent), and drop the stream's other such indexes (of other keys, or of none:
-    each costs every write, and this one serves their reads too). ``keys`` asks for
-    the rows to be clustered by them (:func:`cluster_by`); returns the keys the stream's
-    rows are clustered by. Index DDL of a stream takes turns under the same advisory
-    lock as tier changes."""
+    """Create the stream's BRIN index on its event time and cluster keys (idempotent),
+    and drop the stream's other such indexes (of other keys, or of none: each costs
+    every write, and this one serves their reads too). ``keys`` asks for the rows to be
+    clustered by them (:func:`cluster_by`); returns the keys the stream's rows are
+    clustered by. Index DDL of a stream takes turns under the same advisory lock as
+    tier changes.
+
+    The index is made on the stream's table ``ONLY`` (no chunk is read), then built on
+    each present chunk, where live windows are read, and attached; every chunk created
+    later gets it with its table (PostgreSQL gives a new partition each index of its
+    parent). An index built on the whole stream at once read every chunk of its archive
+    (a year's, say) under a lock that held up the stream's writes meanwhile; recent and
+    old chunks have the indexes of their tier, and a window there is read through them."""
     spec = archiver.stream(stream)
     keys = cluster_by(archiver, stream, keys) if keys else archiver.cluster_keys(stream)
     name = time_index_name(stream, keys)
     cols = ", ".join(quote(c) for c in (spec.ts_col, *keys))
+    how = f"USING brin ({cols}) WITH (pages_per_range = {PAGES_PER_RANGE}, autosummarize = on)"
     with archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"moirae_tier:{spec.name}",))
-        cur.execute(f"CREATE INDEX IF NOT EXISTS {quote(name)} ON {quote(stream)} USING brin ({cols}) "
-                    f"WITH (pages_per_range = {PAGES_PER_RANGE}, autosummarize = on)")
+        cur.execute(f"CREATE INDEX IF NOT EXISTS {quote(name)} ON ONLY {quote(stream)} {how}")
+        # the present chunks without the index attached (those created before it)
+        cur.execute("SELECT chunk_id FROM moirae_chunks WHERE stream = %s AND tier = 'present' AND NOT dropped",
+                    (spec.name,))
+        parts = [partition_name(stream, c) for (c,) in sorted(cur.fetchall())]
+        cur.execute("SELECT t.relname FROM pg_inherits h JOIN pg_index i ON i.indexrelid = h.inhrelid "
+                    "JOIN pg_class t ON t.oid = i.indrelid WHERE h.inhparent = to_regclass(%s)", (quote(name),))
+        have = {r[0] for r in cur.fetchall()}
+        cur.execute("SELECT p FROM unnest(%s::text[]) p WHERE to_regclass(quote_ident(p)) IS NOT NULL",
+                    ([p for p in parts if p not in have],))
+        for (part,) in cur.fetchall():
+            child = _child_index_name(part, name)
+            cur.execute(f"CREATE INDEX IF NOT EXISTS {quote(child)} ON {quote(part)} {how}")
+            cur.execute(f"ALTER INDEX {quote(name)} ATTACH PARTITION {quote(child)}")
         cur.execute("SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
                     "WHERE i.indrelid = to_regclass(%s)", (quote(stream),))
         for (other,) in cur.fetchall():
@@ -100,6 +120,18 @@ def ensure_time_index(archiver, stream: str, keys: Sequence[str] = ()) -> tuple[
                 log.info("archive: stream %r clustered by %s: dropping its BRIN index %s", stream, list(keys), other)
                 cur.execute(f"DROP INDEX {quote(other)}")
     return keys
+
+
+def _child_index_name(part: str, index: str) -> str:
+    """The name of ``index``'s own index on chunk table ``part`` (under 64 bytes).
+
+    >>> _child_index_name("metrics__c7", "metrics__ts_sid_brin")
+    'metrics__c7__ts_sid_brin'
+    >>> len(_child_index_name("m" * 50 + "__c123456", "m" * 50 + "__ts_brin"))
+    24
+    """
+    name = f"{part}__{index.rsplit('__', 1)[-1]}"
+    return name if len(name) <= 63 else "ix_" + hashlib.sha1(f"{part}\0{index}".encode()).hexdigest()[:16] + "_brin"
 
 
 def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tuple[tuple, datetime, datetime]],

@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, metrics_spec, rows
+from arch_helpers import T0, metrics_spec, rows, table_rows
 
 from archive import StreamSpec, contributors, exec_sink
+from archive.abc import Tier
 from archive.brin_summary import Summarizer, summarize
 from archive.contributors import ensure_time_index, time_index, time_index_name, window_rows
 from archive.exec_sink import PartitionJob, write_partition
@@ -169,3 +170,33 @@ def test_summarize_caches_each_chunks_index_name_and_forgets_a_dropped_one(archi
     assert (index, part) not in names
     summarize(archiver, "metrics", ids, index, names)
     assert names[(index, part)] == real
+
+
+def test_the_index_is_built_on_present_chunks_only_and_comes_with_each_new_chunk(archiver):
+    """A first deploy on an archive does not read its past chunks (module doc of
+    ensure_time_index): only present chunks get the index, and later ones have it."""
+    archiver.append("metrics", 0, rows(60, step=timedelta(minutes=10)))  # 10 hours
+    archiver.demote(T0 + timedelta(hours=6))
+    present = {c.chunk_id for c in archiver.chunks("metrics", Tier.PRESENT)}
+    past = {c.chunk_id for c in archiver.chunks("metrics")} - present
+    assert present and past
+
+    def indexed() -> set[int]:
+        index = time_index(archiver, "metrics")
+        names = {}
+        summarize(archiver, "metrics", [c.chunk_id for c in archiver.chunks("metrics")], index, names)
+        return {c.chunk_id for c in archiver.chunks("metrics") if (index, partition_name("metrics", c.chunk_id)) in names}
+
+    ensure_time_index(archiver, "metrics", ["host"])
+    assert indexed() == present
+    ensure_time_index(archiver, "metrics", ["host"])  # idempotent: each attached once
+    assert indexed() == present
+    archiver.append("metrics", 1, rows(12, start=T0 + timedelta(hours=12), step=timedelta(minutes=10)))
+    new = {c.chunk_id for c in archiver.chunks("metrics")} - present - past
+    assert new and indexed() == present | new
+    # a window over past and present chunks reads the same rows either way
+    all_rows = table_rows(archiver)
+    lo, hi = T0 + timedelta(hours=4), T0 + timedelta(hours=13)
+    got = window_rows(archiver, "metrics", ["host"], [(("h1",), lo, hi)])[0]
+    want = all_rows[(all_rows.host == "h1") & (all_rows.ts >= lo) & (all_rows.ts < hi)]
+    assert sorted(r[0] for r in got) == sorted(want._sid) and len(got) > 0
