@@ -17,7 +17,9 @@
    operator's streams goes through :func:`archive.simindex.invalidate` (the Archiver's
    appends, late rows, re-materialization, retention), which drops it, so the tasks of
    the events of one micro-batch share one build of the chunk, and the next batch's
-   events (whose own rows and contexts changed it) build it again. They are held within
+   events (whose own rows and contexts changed it) build it again. A kept index is used
+   without asking the catalog whether the chunk was sealed meanwhile: sealing changes no
+   row, and the sealed chunk's index replaces it once built. They are held within
    a quarter of the memory budget (the sealed ones within the rest). A build that an
    invalidation overtook (its read may predate the write) is used by its own task but
    not kept. Before, every task read and built every present chunk again: the scenario's
@@ -156,6 +158,10 @@ class ChunkSource:
             hit = self.cache.get(chunk_id)
             if hit is not None:
                 return hit
+            with self._guard:  # kept since the chunk's rows last changed: current, sealed since or not
+                kept = self._present.get(chunk_id)
+            if kept is not None:
+                return kept
             sealed, blob = self.persisted.lookup(chunk_id, self.streams, conn)
             if not sealed:
                 return self._present_index(chunk_id, conn, timeout_ms)
@@ -217,6 +223,8 @@ class ChunkSource:
             self.persisted.delete(chunk_id)
             return ix
         self.cache.put(chunk_id, ix)
+        with self._guard:  # sealed: served from the cache from now on
+            self._present.discard(lambda k: k == chunk_id)
         return ix
 
     def prebuild(self, chunk_ids: Sequence[int], threads: int = 2) -> None:

@@ -205,6 +205,30 @@ def test_a_present_chunk_is_built_once_until_its_rows_change(pg, ctx_interval):
         arch.close()
 
 
+def test_a_kept_present_index_is_served_without_a_catalog_read_and_gives_way_once_sealed(pg):
+    arch, events = _live_archive(pg)
+    try:
+        op = _op(arch, events)
+        chunks = sorted(arch.chunk_ids(["ev_x", "cx_x_c"]))
+        first = _task(op, arch)
+        lookups = []
+        real = op.source.persisted.lookup
+        op.source.persisted.lookup = lambda *a, **k: lookups.append(a[0]) or real(*a, **k)
+        assert _task(op, arch) == first and lookups == []  # every chunk kept: no round trip
+        arch.demote(T0 + timedelta(hours=2))  # seals the two oldest: their rows are the same
+        sealed = [c for c in chunks if arch.grid.bounds(c)[1] <= T0 + timedelta(hours=2)]
+        assert len(sealed) == 2
+        assert _task(op, arch) == first and lookups == [] and dict(op.source.built_chunks) == {c: 1 for c in chunks}
+        for c in sealed:  # the background build persists them and serves them from then on
+            assert op.source.prebuild_one(c)
+        assert sorted(simindex.IndexStore(arch, "sim").chunk_ids()) == sealed
+        hits = op.source.present_hits
+        assert _task(op, arch) == first and lookups == []
+        assert op.source.present_hits == hits + len(chunks) - len(sealed)  # the sealed ones from the cache
+    finally:
+        arch.close()
+
+
 def test_a_present_build_racing_an_append_is_used_once_and_not_kept(pg):
     arch, events = _live_archive(pg)
     try:
