@@ -145,7 +145,7 @@ def _set_tier(arch: Archiver, spec, chunk_id: int, tier: Tier, index: bool) -> N
                 names.append(ix)
             else:
                 cur.execute(f"DROP INDEX IF EXISTS {quote(ix)}")
-        if spec.kind == "raw":  # autovacuum leaves present chunks alone (archive.chunks.vacuum_off)
+        if vacuum_off(spec, Tier.PRESENT):  # a stream whose present chunks autovacuum leaves alone
             cur.execute(f"ALTER TABLE {quote(part)} SET (autovacuum_enabled = {'off' if vacuum_off(spec, tier) else 'on'})")
         cur.execute("UPDATE moirae_chunks SET tier = %s, indexes = %s WHERE stream = %s AND chunk_id = %s",
                     (tier.value, names, spec.name, chunk_id))

@@ -450,9 +450,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases,
                    "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
             if config in ("full", "full_own"):
-                run["similarity_indexes_built"] = extra.get("indexes_built")
-            if config in ("full", "full_own"):
-                run.update(events=events, recall_tasks=tasks)
+                run.update(events=events, recall_tasks=tasks, similarity_indexes_built=extra.get("indexes_built"))
             runs[config].append(run)
             b.drop_schemas()  # each run on an archive of its own; none left to slow the next
             print(f"throughput round {r + 1} {config}: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s", flush=True)
