@@ -20,15 +20,18 @@ SHOTS = ROOT / (os.environ.get("MOIRAE_SCREENSHOTS") or "bench/results/console")
 _ALL = "return [...document.querySelectorAll(arguments[0])]"
 
 
-def wait(cond, timeout: float = 30.0, what: str = "condition", every: float = 0.2):
-    """Poll ``cond`` until it returns something truthy; raise naming ``what`` on timeout."""
+def wait(cond, timeout: float = 30.0, what: str = "condition", every: float = 0.2, state=None):
+    """Poll ``cond`` until it returns something truthy; raise naming ``what`` on timeout,
+    with what ``state()`` then shows (the page's feedback, say: a rare CI timeout is
+    otherwise a dead end)."""
     deadline = time.monotonic() + timeout
     while True:
         value = cond()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+            seen = "" if state is None else f"; state then: {state()!r}"
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
         time.sleep(every)
 
 

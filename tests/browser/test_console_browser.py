@@ -28,6 +28,7 @@ from browser_helpers import (
     text,
     texts,
     type_into,
+    value,
     wait,
 )
 
@@ -131,7 +132,8 @@ def test_acknowledge_and_resolve_and_the_note_shows_in_a_later_similar_incident(
          "the incident to be acknowledged")
     wait(lambda: "Acknowledged by" in text(browser, "#fb"), 10, "the acknowledge feedback")
     shot(browser, "03-acknowledged")
-    type_into(browser, "#note", NOTE, clear=False)
+    type_into(browser, "#note", NOTE)  # a retried send_keys starts afresh
+    assert value(browser, "#note") == NOTE
     click(browser, "#resolve")
     done = wait(lambda: (d := api(server, f"/api/incidents/{quote(earlier, safe='')}"))["status"] == "resolved" and d,
                 30, "the incident to be resolved")

@@ -91,10 +91,14 @@ def test_console_steps(small, browser):
     wait(lambda: "e2" in text(browser, "#ievents"), what="incident e1")
     click(browser, "#ack")
     wait(lambda: api.get("/api/incidents/e1").json()["status"] == "acknowledged", what="acknowledged")
+    wait(lambda: "Acknowledged by" in text(browser, "#fb"), 10, "the acknowledge feedback")
     browser.save_screenshot(str(SHOTS / "03-acknowledged.png"))
-    type_into(browser, "#note", NOTE, clear=False)
+    type_into(browser, "#note", NOTE)  # a retried send_keys starts afresh
+    assert value(browser, "#note") == NOTE
     click(browser, "#resolve")
-    wait(lambda: api.get("/api/incidents/e1").json()["resolution"] == NOTE, what="resolved with the note")
+    wait(lambda: api.get("/api/incidents/e1").json()["resolution"] == NOTE, what="resolved with the note",
+         state=lambda: {"feedback": texts(browser, "#fb .fb"), "note box": value(browser, "#note"),
+                        "incident": api.get("/api/incidents/e1").json()})
     time.sleep(1)  # redraws follow: the feedback stays
     assert "Acknowledged by" in text(browser, "#fb") and "Resolved" in text(browser, "#fb")
     wait(lambda: NOTE in text(browser, "#ires"), what="the resolution in the header")
