@@ -19,9 +19,6 @@ a fresh schema (dropped afterwards) with a temporary data directory.
    start until every query has committed the ``until`` offset. Each config runs three
    times, interleaved (plain, archive, full, plain, ...); the median run of each is
    reported, and full/plain of each round beside it. Target: full >= 70 % of plain.
-   Two variants of full run beside it, reported: ``full_own`` (each source archived by
-   a query of its own, ``archive.shared_read: false``) and ``full_equal`` (history work
-   at the live path's CPU priority, ``recall.nice: 0``; full runs it at the default 10).
 3. **Memory**: every few seconds of the latency run, driver RSS, the JVM child's RSS, the
    present tier's in-memory rows/bytes and open recall tasks; growth is last vs. the
    first sample after warm-up (a third of the run). Target <= 10 %.
@@ -52,9 +49,6 @@ from bench.report import ROOT, exit_code, publish, target
 from recall.api import Output, OutputKind
 
 OPEN_STATES = {"runnable", "running", "suspended", "ending"}
-# the full engine and its variants: each source archived by its own query; history work
-# at the live path's CPU priority
-FULL = ("full", "full_own", "full_equal")
 
 
 def pct(xs: list[float], q: float) -> float | None:
@@ -398,17 +392,15 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
 
     def engine_config(config: str):
         # full_own: the full engine with every source archived by a query of its own (the
-        # metrics source read twice), against full's shared read (archive.shared);
-        # full_equal: history work at the live path's CPU priority (recall.nice 0)
+        # metrics source read twice), against full's shared read (archive.shared)
         own = {"archive": {"shared_read": False}} if config == "full_own" else {}
-        equal = {"recall": {"nice": 0}} if config == "full_equal" else {}
-        engine = b.engine(config, **overrides, **own, **equal)
+        engine = b.engine(config, **overrides, **own)
         spark = engine.spark
         register_cluster_source(spark)
         for stream in STREAMS:
             engine.source(stream, source(spark, stream, until), ts="ts", lateness="1 minute",
                           indexes=INDEXES[stream])
-        if config in FULL:
+        if config in ("full", "full_own"):
             from moirae.materialize import rematerialize
 
             load_history(engine, scenario, progress=False)
@@ -434,7 +426,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             tasks = len([t for t in engine.deploy.manager.tasks() if not t.operator.startswith("replica_")])
         finally:
             engine.close()
-        full = config in FULL
+        full = config in ("full", "full_own")
         return secs, events if full else None, tasks if full else None, phases
 
     phases: dict = {}
@@ -446,7 +438,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             break
         except RuntimeError as exc:
             print(f"warm-up attempt {attempt + 1} failed: {str(exc)[:200]}", flush=True)
-    runs: dict[str, list[dict]] = {"plain": [], "archive": [], **{c: [] for c in FULL}}
+    runs: dict[str, list[dict]] = {"plain": [], "archive": [], "full": [], "full_own": []}
     for r in range(rounds):  # interleaved, so a slow spell of the shared machine hits every config alike
         for config in runs:
             phases = {}
@@ -457,7 +449,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
                 secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
             run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases,
                    "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
-            if config in FULL:
+            if config in ("full", "full_own"):
                 run.update(events=events, recall_tasks=tasks, similarity_indexes_built=extra.get("indexes_built"))
             runs[config].append(run)
             b.drop_schemas()  # each run on an archive of its own; none left to slow the next
@@ -490,11 +482,7 @@ def summarize_rounds(runs: dict[str, list[dict]]) -> dict:
             **({"shared_over_own": round(configs["full"]["rows_per_s"] / configs["full_own"]["rows_per_s"], 3),
                 "shared_over_own_by_round": [round(f["rows_per_s"] / o["rows_per_s"], 3)
                                              for f, o in zip(runs["full"], runs["full_own"], strict=True)]}
-               if runs.get("full_own") else {}),
-            **({"niced_over_equal": round(configs["full"]["rows_per_s"] / configs["full_equal"]["rows_per_s"], 3),
-                "niced_over_equal_by_round": [round(f["rows_per_s"] / o["rows_per_s"], 3)
-                                              for f, o in zip(runs["full"], runs["full_equal"], strict=True)]}
-               if runs.get("full_equal") else {})}
+               if runs.get("full_own") else {})}
 
 
 # -- report -----------------------------------------------------------------------------
@@ -627,17 +615,14 @@ def tick_line(live: dict) -> str:
     return line + " What the engine adds comes after that tick."
 
 
-VARIANTS = {"full_own": "full engine, each source archived by its own query (`archive.shared_read: false`)",
-            "full_equal": "full engine, history work at the live path's CPU priority (`recall.nice: 0`)"}
-
-
 def own_row(tp: dict) -> str:
-    """The table rows of the full engine's variants (each source archived by its own
-    query; history work not niced), those the run has."""
+    """The table row of the full engine with every source archived by its own query."""
+    o = tp["configs"].get("full_own")
+    if o is None:
+        return ""
     p = tp["configs"]["plain"]
-    return "".join(f"| {label} | {o['rows']} | {o['seconds']} | {o['rows_per_s']:,.0f} | "
-                   f"{o['rows_per_s'] / p['rows_per_s']:.2f} |\n"
-                   for c, label in VARIANTS.items() if (o := tp["configs"].get(c)) is not None)
+    return (f"| full engine, each source archived by its own query (`archive.shared_read: false`) | {o['rows']} | "
+            f"{o['seconds']} | {o['rows_per_s']:,.0f} | {o['rows_per_s'] / p['rows_per_s']:.2f} |\n")
 
 
 def rounds_line(tp: dict) -> str:
@@ -784,12 +769,6 @@ def targets(data: dict) -> list[dict]:
                       f"{', '.join(f'{x:.2f}' for x in tp['shared_over_own_by_round'])})", None,
                       "the same run, interleaved; on this shared machine a round's ratios move by 0.1-0.2")]
               if "shared_over_own" in tp else []),
-            *([target("live throughput, full engine: history work (recall workers, results writer, similarity index "
-                      "builder) at OS niceness 10 (recall.nice) vs at the live path's priority (0)", "reported",
-                      f"{tp['niced_over_equal']:.2f}x (by round: "
-                      f"{', '.join(f'{x:.2f}' for x in tp['niced_over_equal_by_round'])})", None,
-                      "the same run, interleaved; on this shared machine a round's ratios move by 0.1-0.2")]
-              if "niced_over_equal" in tp else []),
             target(f"memory soak, driver RSS (Python + JVM) growth after warm-up ({live['minutes']:g} min)",
                    "<= 10 % over 10 min", f"{growth:+.1f} % (median {first:,.0f} -> {last:,.0f} MB, halves after warm-up; Python "
                    f"{mem['driver_rss_mb']['growth_pct']:+.1f} %, JVM {mem['jvm_rss_mb']['growth_pct']:+.1f} %)",

@@ -64,11 +64,6 @@ def _fraction(v, key):
         raise ValueError("must be between 0 and 1")
 
 
-def _nice(v, key):
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 19:
-        raise ValueError("must be a whole number from 0 to 19 (an OS niceness)")
-
-
 def _identifier(v, key):
     if not re.match(r"^[a-z_][a-z0-9_]*$", v):
         raise ValueError("must be a lower-case SQL identifier")
@@ -129,7 +124,6 @@ class RecallConfig:
     feedback_period: int = field(default=20, metadata=_check(_positive))
     feedback_timeout: timedelta = field(default=timedelta(minutes=5), metadata=_check(_positive))
     materialization_load_threshold: float = field(default=0.5, metadata=_check(_fraction))
-    nice: int = field(default=10, metadata=_check(_nice))  # history work's OS niceness (recall.priority)
 
 
 @dataclass(frozen=True)

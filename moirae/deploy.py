@@ -55,12 +55,12 @@ class DeployManager:
             default_tickets=rc.default_tickets, min_tickets=rc.min_tickets,
             tickets_per_result=rc.tickets_per_result, light_load=rc.materialization_load_threshold,
             feedback_period=rc.feedback_period, feedback_timeout=rc.feedback_timeout.total_seconds()))
-        self.results = ResultsTable(engine.db, nice=rc.nice)
+        self.results = ResultsTable(engine.db)
         self.events = EventLog(engine.db)
         self.manager = RecallManager(
             engine.archiver, self.scheduler, max_concurrent=rc.max_concurrent,
             on_output=[self.results.append, self._on_output],
-            timeout_ms=engine.settings.archive.settings().statement_timeout_ms, nice=rc.nice)
+            timeout_ms=engine.settings.archive.settings().statement_timeout_ms)
         self.incidents = IncidentStore(engine.db, publish=self.manager.bus.publish, events=self.events)
         self.events.listeners.append(self.incidents.record)
         self.event_queries: dict[str, EventQuery] = {}
@@ -75,7 +75,7 @@ class DeployManager:
         # (M 4.4) and forgets ended tasks' statistics: without it suspended tasks stay open
         self.periodic = PeriodicJobs(self.manager)
         self.units = UnitLedger()  # what each materialized unit was computed from (moirae.unit_inputs)
-        self.indexes = IndexPrebuilder(nice=rc.nice)  # similarity indexes of sealed / materialized chunks, in the background
+        self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
         self._lock = threading.Lock()
         self._closing = False
 

@@ -54,7 +54,6 @@ from recall.api import EndReason, Output, OutputKind, RecallOperator
 from recall.manager_steer import Steering
 from recall.manager_worker import Worker, WorkerLoop
 from recall.outputs import Bus
-from recall.priority import check_nice
 from recall.task import RecallTask, TaskDescription, TaskIds, TaskStatus, TaskView, plan_chunks
 from scheduler.clock import Clock, MonotonicClock
 from scheduler.errors import MoiraeError
@@ -104,8 +103,7 @@ class RecallManager(WorkerLoop, Steering):
     :class:`recall.outputs.ResultsTable`); every output is also published on
     :attr:`bus`. ``timeout_ms`` is the statement timeout of each history-query;
     ``retention`` how long (clock seconds) statistics of ended tasks stay visible in
-    :meth:`tasks` before :meth:`reap` drops them. ``nice``: the worker threads' OS
-    niceness (:mod:`recall.priority`; 0 keeps the caller's).
+    :meth:`tasks` before :meth:`reap` drops them.
     """
 
     def __init__(
@@ -120,7 +118,6 @@ class RecallManager(WorkerLoop, Steering):
         timeout_ms: int | None = 30_000,
         retention: float = 600.0,
         cancel_wait: float = 10.0,
-        nice: int = 0,
     ) -> None:
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise ValueError(f"max_concurrent must be an integer >= 1, got {max_concurrent!r}")
@@ -131,7 +128,6 @@ class RecallManager(WorkerLoop, Steering):
         self.timeout_ms = timeout_ms
         self.retention = retention
         self.cancel_wait = cancel_wait
-        self.nice = check_nice(nice)  # the workers' OS niceness (recall.priority): history yields to the live path
         self.bus = bus or Bus()
         if on_output is None:
             self._sinks: list[OutputSink] = []

@@ -21,7 +21,6 @@ from typing import Any
 import psycopg2.extensions
 
 from recall.api import EndReason, Interval, Output
-from recall.priority import lower_thread_priority
 from recall.task import RecallTask, TaskStatus
 from scheduler.events import TaskSuspended
 
@@ -42,7 +41,6 @@ class WorkerLoop:
     """Mixin of :class:`recall.manager.RecallManager`: the worker threads."""
 
     def _work(self, w: Worker) -> None:
-        lower_thread_priority(self.nice)  # history yields the CPU to the live path (recall.priority)
         try:
             while True:
                 try:

@@ -39,7 +39,6 @@ from typing import Any
 from psycopg2.extras import execute_values
 
 from recall.api import Interval, Output, OutputKind
-from recall.priority import check_nice, lower_thread_priority
 
 log = logging.getLogger(__name__)
 
@@ -223,13 +222,11 @@ class ResultsTable:
     ``db`` is an ``archive.pg.Database``. ``append`` is cheap and thread-safe; the writer
     commits up to ``batch_size`` outputs per statement, at least every
     ``flush_interval`` seconds. A failed write is retried (the batch stays queued) and
-    counted in ``errors``; ``close`` flushes and stops the thread. The writer runs at OS
-    niceness ``nice`` (:mod:`recall.priority`).
+    counted in ``errors``; ``close`` flushes and stops the thread.
     """
 
-    def __init__(self, db: Any, batch_size: int = 500, flush_interval: float = 0.2, nice: int = 0) -> None:
+    def __init__(self, db: Any, batch_size: int = 500, flush_interval: float = 0.2) -> None:
         self.db = db
-        self.nice = check_nice(nice)  # the writer's OS niceness (recall.priority)
         self.batch_size = batch_size
         self.flush_interval = flush_interval
         with db.connection() as conn, conn.cursor() as cur:
@@ -264,7 +261,6 @@ class ResultsTable:
             return self._cond.wait_for(lambda: self._written >= target, timeout)
 
     def _run(self) -> None:
-        lower_thread_priority(self.nice)
         while True:
             with self._cond:
                 if not self._pending and not self._closing:

@@ -24,18 +24,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from archive import simindex
-from recall.priority import check_nice, lower_thread_priority
 
 log = logging.getLogger(__name__)
 
 
 class IndexPrebuilder:
-    """One background worker building the chunk indexes of registered operators, at
-    OS niceness ``nice`` (:mod:`recall.priority`)."""
+    """One background worker building the chunk indexes of registered operators."""
 
-    def __init__(self, max_pending: int = 10_000, nice: int = 0) -> None:
+    def __init__(self, max_pending: int = 10_000) -> None:
         self.max_pending = max_pending
-        self.nice = check_nice(nice)  # the builder's OS niceness (recall.priority)
         self._ops: list[Any] = []
         self._pending: dict[tuple[int, int], Any] = {}  # (chunk_id, operator slot) -> operator
         self._cond = threading.Condition()
@@ -120,7 +117,6 @@ class IndexPrebuilder:
         self._listening = False
 
     def _run(self) -> None:
-        lower_thread_priority(self.nice)  # history yields the CPU to the live path
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending or self._stop)

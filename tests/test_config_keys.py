@@ -94,9 +94,6 @@ EFFECTS: dict[str, Effect] = {
     "recall.feedback_timeout": Effect("tests/scheduler/test_sched_scheduler.py::test_feedback_deadline_discards_"
                                       "exactly_at_the_boundary_not_one_tick_before", "9s",
                                       lambda e: e.deploy.scheduler.config.feedback_timeout),
-    "recall.nice": Effect("tests/recall/manager/test_manager_priority.py::"
-                          "test_history_threads_run_at_the_niceness_given_and_still_do_their_work", 3,
-                          lambda e: (e.deploy.manager.nice, e.deploy.results.nice, e.deploy.indexes.nice)),
     "recall.materialization_load_threshold": Effect(
         "tests/scheduler/test_sched_scheduler.py::test_materialization_uses_a_background_slot_under_light_load", 0.9,
         lambda e: e.deploy.scheduler.config.light_load),

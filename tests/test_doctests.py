@@ -29,7 +29,7 @@ archive.abc archive.chunk_copy archive.chunks archive.contributors archive.copy 
 moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.context_sql moirae.errorlog moirae.event_worker moirae.incidents
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
 moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.python_launcher moirae.resolution_cache moirae.views moirae.worker_daemon
-recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.priority recall.revision_ops
+recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.revision_ops
 recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.model
 scheduler.scheduler scheduler.stride
