@@ -380,21 +380,30 @@ def split_arrow(table: pa.Table, spec: StreamSpec):
     return table.filter(pc.invert(bad)), dead
 
 
-_CONNECTIONS: dict[tuple[str, str | None], object] = {}
+_CONNECTIONS: dict[tuple[str, str | None], object] = {}  # in order of last use, oldest first
+#: How many (database, schema) connections a Python worker keeps open at most.
+MAX_KEPT_CONNECTIONS = 2
 
 
 def _connection(dsn: str, schema: str | None):
     """One connection per Python worker and database, reused across tasks (Spark keeps
-    its Python workers between tasks)."""
+    its Python workers between tasks). A worker keeps those of its last
+    :data:`MAX_KEPT_CONNECTIONS` databases or schemas and closes older ones: a Spark
+    session outlives an engine, and each engine with a schema of its own (a test, a
+    benchmark run, a redeploy) had left every worker one idle connection more, until
+    the server refused new clients (4 a run in the scenario's benchmark; its 29th run
+    waited 85 s on "too many clients")."""
     import psycopg2
 
     key = (dsn, schema)
-    conn = _CONNECTIONS.get(key)
+    conn = _CONNECTIONS.pop(key, None)
     if conn is None or conn.closed:
         options = f"-c search_path={schema},public" if schema else None
         conn = psycopg2.connect(dsn, options=options)
         conn.autocommit = False
-        _CONNECTIONS[key] = conn
+    _CONNECTIONS[key] = conn  # the most recently used last
+    while len(_CONNECTIONS) > MAX_KEPT_CONNECTIONS:
+        _drop_connection(*next(iter(_CONNECTIONS)))
     return conn
 
 

@@ -217,3 +217,32 @@ def test_a_chunk_dropped_after_its_creation_is_reported_missing(archiver, job, m
     assert write_partition(job, 0, part) == (3, 0, False, [])
     archiver.commit_parts("metrics", 1)
     assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 1, 473_353: 1, 473_354: 1}
+
+
+def test_a_worker_keeps_the_connections_of_its_last_few_schemas_only(pg):
+    """A Spark session outlives engines: a Python worker that wrote for many schemas in
+    turn keeps the last MAX_KEPT_CONNECTIONS connections open and closes the older ones,
+    on the server too (each schema had left one idle connection per worker)."""
+    keep = exec_sink.MAX_KEPT_CONNECTIONS
+    schemas = [f"{pg.schema}_w{i}" for i in range(keep + 2)]
+    before = dict(exec_sink._CONNECTIONS)
+    exec_sink._CONNECTIONS.clear()
+    try:
+        conns, pids = [], []
+        for s in schemas:
+            conns.append(exec_sink._connection(pg.dsn, s))
+            pids.append(conns[-1].get_backend_pid())
+        assert [c.closed for c in conns] == [1, 1] + [0] * keep
+        assert list(exec_sink._CONNECTIONS) == [(pg.dsn, s) for s in schemas[2:]]
+        # reusing one makes it the most recent: the next new schema closes the oldest other
+        assert exec_sink._connection(pg.dsn, schemas[2]) is conns[2]
+        extra = exec_sink._connection(pg.dsn, f"{pg.schema}_w_extra")
+        assert conns[3].closed and not conns[2].closed and not extra.closed
+        with pg.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
+            alive = {p for (p,) in cur.fetchall()}
+        assert alive == set(pids[2:]) - {pids[3]}, "closed connections leave the server"
+    finally:
+        for key in list(exec_sink._CONNECTIONS):
+            exec_sink._drop_connection(*key)
+        exec_sink._CONNECTIONS.update(before)
