@@ -160,11 +160,12 @@ class ChunkSource:
                 return hit
             with self._guard:  # kept since the chunk's rows last changed: current, sealed since or not
                 kept = self._present.get(chunk_id)
+                generation = self._generation.get(chunk_id, 0)
             if kept is not None:
                 return kept
             sealed, blob = self.persisted.lookup(chunk_id, self.streams, conn)
             if not sealed:
-                return self._present_index(chunk_id, conn, timeout_ms)
+                return self._present_index(chunk_id, generation, conn, timeout_ms)
             with self._guard:  # sealed since: persisted and cached the sealed way from now on
                 self._present.discard(lambda k: k == chunk_id)
             ix = self._decode(chunk_id, blob)
@@ -173,14 +174,9 @@ class ChunkSource:
             self.cache.put(chunk_id, ix)
             return ix
 
-    def _present_index(self, chunk_id: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
-        """A present chunk's index: the one kept since its rows last changed, else built
-        (and kept unless an invalidation came during the build; module doc)."""
-        with self._guard:
-            hit = self._present.get(chunk_id)
-            generation = self._generation.get(chunk_id, 0)
-        if hit is not None:
-            return hit
+    def _present_index(self, chunk_id: int, generation: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
+        """A present chunk's index, none being kept: built, and kept unless an invalidation
+        came since :meth:`fetch` read the chunk's ``generation`` (module doc)."""
         ix = self.build(chunk_id, conn, timeout_ms)
         with self._guard:
             if self._generation.get(chunk_id, 0) == generation:
