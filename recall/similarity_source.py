@@ -38,7 +38,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CACHE_BYTES = 256 * 2**20
 #: the share of the memory budget for present chunks' indexes (the rest is the sealed ones')
 PRESENT_SHARE = 4
+#: chunks whose build counts :attr:`ChunkSource.built_chunks` keeps (the latest first counted)
+BUILT_KEPT = 1024
 
 
 class ChunkSource:
@@ -72,9 +75,12 @@ class ChunkSource:
         can = persist and hasattr(op.store, "_conn")
         self.persisted = simindex.IndexStore(op.store, op.name) if can else None
         self._reconciled = False
-        self._locks: dict[int, threading.Lock] = {}
-        self._generation: dict[int, int] = {}  # chunk -> invalidations seen (a build racing one is dropped)
-        self.built_chunks: Counter[int] = Counter()  # chunk -> builds of it (tests count them)
+        # Both per-chunk maps hold a chunk only while a task works on it, so a year-long run
+        # that reads every chunk once keeps none of them (before, one entry per chunk ever
+        # read or written stayed for the operator's life).
+        self._locks: dict[int, list] = {}  # chunk -> [its lock, tasks holding or awaiting it]
+        self._inflight: dict[int, int] = {}  # chunk being built -> invalidations since (one: not kept)
+        self.built_chunks: Counter[int] = Counter()  # chunk -> builds of it, the latest BUILT_KEPT chunks (tests)
         self._guard = threading.Lock()
         simindex.listen(self._on_invalidate)
 
@@ -96,7 +102,8 @@ class ChunkSource:
             ids = self._task_chunks(stream, chunk_ids)
             with self._guard:  # with _present_index's check-and-keep: a kept index is never stale
                 for c in ids:
-                    self._generation[c] = self._generation.get(c, 0) + 1
+                    if c in self._inflight:
+                        self._inflight[c] += 1
                 self._present.discard(lambda k: k in ids)
             self.cache.discard(lambda k: k in ids)
 
@@ -141,9 +148,38 @@ class ChunkSource:
             self._present.discard(lambda k: True)
         self.cache.discard(lambda k: True)
 
-    def _lock_of(self, chunk_id: int) -> threading.Lock:
+    @contextmanager
+    def _chunk_lock(self, chunk_id: int) -> Iterator[None]:
+        """Hold chunk ``chunk_id``'s lock: a task that asks while another builds the
+        chunk waits for that build. The lock exists while a task holds or awaits it."""
         with self._guard:
-            return self._locks.setdefault(chunk_id, threading.Lock())
+            entry = self._locks.get(chunk_id)
+            if entry is None:
+                entry = self._locks[chunk_id] = [threading.Lock(), 0]
+            entry[1] += 1
+        try:
+            with entry[0]:
+                yield
+        finally:
+            with self._guard:
+                entry[1] -= 1
+                if not entry[1]:
+                    del self._locks[chunk_id]
+
+    def _track(self, chunk_id: int) -> None:
+        """Count the invalidations of chunk ``chunk_id`` from now on (the caller holds
+        the chunk's lock, and ``_guard`` when the count must start with what it read)."""
+        self._inflight[chunk_id] = 0
+
+    def _untrack(self, chunk_id: int) -> None:
+        with self._guard:
+            self._inflight.pop(chunk_id, None)
+
+    def _overtaken(self, chunk_id: int) -> bool:
+        """Whether an invalidation of the chunk came since it was tracked: its rows may
+        have changed after the build read them."""
+        with self._guard:
+            return self._inflight.get(chunk_id, 0) > 0
 
     def fetch(self, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> ChunkIndex:
         """The index of chunk ``chunk_id`` (module doc)."""
@@ -154,32 +190,35 @@ class ChunkSource:
             return self.build(chunk_id, conn, timeout_ms)
         if not self._reconciled:
             self.reconcile()
-        with self._lock_of(chunk_id):  # concurrent tasks wait for one build instead of building the chunk each
+        with self._chunk_lock(chunk_id):  # concurrent tasks wait for one build instead of building the chunk each
             hit = self.cache.get(chunk_id)
             if hit is not None:
                 return hit
             with self._guard:  # kept since the chunk's rows last changed: current, sealed since or not
                 kept = self._present.get(chunk_id)
-                generation = self._generation.get(chunk_id, 0)
-            if kept is not None:
-                return kept
-            sealed, blob = self.persisted.lookup(chunk_id, self.streams, conn)
-            if not sealed:
-                return self._present_index(chunk_id, generation, conn, timeout_ms)
-            with self._guard:  # sealed since: persisted and cached the sealed way from now on
-                self._present.discard(lambda k: k == chunk_id)
-            ix = self._decode(chunk_id, blob)
-            if ix is None:
-                return self._build_sealed(chunk_id, conn, timeout_ms)
-            self.cache.put(chunk_id, ix)
-            return ix
+                if kept is not None:
+                    return kept
+                self._track(chunk_id)  # with the check: a write after it counts
+            try:
+                sealed, blob = self.persisted.lookup(chunk_id, self.streams, conn)
+                if not sealed:
+                    return self._present_index(chunk_id, conn, timeout_ms)
+                with self._guard:  # sealed since: persisted and cached the sealed way from now on
+                    self._present.discard(lambda k: k == chunk_id)
+                ix = self._decode(chunk_id, blob)
+                if ix is None:
+                    return self._build_sealed(chunk_id, conn, timeout_ms)
+                self.cache.put(chunk_id, ix)
+                return ix
+            finally:
+                self._untrack(chunk_id)
 
-    def _present_index(self, chunk_id: int, generation: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
+    def _present_index(self, chunk_id: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
         """A present chunk's index, none being kept: built, and kept unless an invalidation
-        came since :meth:`fetch` read the chunk's ``generation`` (module doc)."""
+        came since :meth:`fetch` found none kept (module doc)."""
         ix = self.build(chunk_id, conn, timeout_ms)
         with self._guard:
-            if self._generation.get(chunk_id, 0) == generation:
+            if not self._inflight.get(chunk_id, 0):
                 self._present.put(chunk_id, ix)  # within its budget, the oldest chunks out first
         return ix
 
@@ -193,29 +232,33 @@ class ChunkSource:
             return False
         if not self._reconciled:
             self.reconcile()
-        with self._lock_of(chunk_id):
+        with self._chunk_lock(chunk_id):
             if self.cache.get(chunk_id) is not None:
                 return False
-            sealed, persisted = self.persisted.state(chunk_id, self.streams, conn)
-            if not sealed or persisted:
-                return False
-            self._build_sealed(chunk_id, conn, timeout_ms)
+            with self._guard:
+                self._track(chunk_id)  # before the state read: a write after it counts
+            try:
+                sealed, persisted = self.persisted.state(chunk_id, self.streams, conn)
+                if not sealed or persisted:
+                    return False
+                self._build_sealed(chunk_id, conn, timeout_ms)
+            finally:
+                self._untrack(chunk_id)
             self.prebuilt += 1
             return True
 
     def _build_sealed(self, chunk_id: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
         """Build a sealed chunk's index, persist it and cache it (the caller holds the
-        chunk's lock). Rows that change meanwhile (a late row, a re-materialization)
-        invalidate the chunk during the build: the stale index is then neither cached
-        nor left persisted, and the next use builds again."""
-        generation = self._generation.get(chunk_id, 0)
+        chunk's lock and tracks it, :meth:`_track`). Rows that change meanwhile (a late
+        row, a re-materialization) invalidate the chunk during the build: the stale
+        index is then neither cached nor left persisted, and the next use builds again."""
         ix = self.build(chunk_id, conn, timeout_ms)
         with self.op._lock:
             terms = self.op.stats.vocabulary.terms()
         t0 = time.perf_counter()
         self.persisted.save(chunk_id, self.streams, ix.contexts, encode(ix), terms)
         self.save_seconds += time.perf_counter() - t0
-        if self._generation.get(chunk_id, 0) != generation:  # invalidated while built: its rows changed
+        if self._overtaken(chunk_id):  # invalidated while built: its rows changed
             self.persisted.delete(chunk_id)
             return ix
         self.cache.put(chunk_id, ix)
@@ -305,6 +348,8 @@ class ChunkSource:
         self.build_seconds += t2 - t1
         self.builds += 1
         self.built_chunks[chunk_id] += 1
+        if len(self.built_chunks) > BUILT_KEPT:  # the chunk first counted longest ago goes
+            del self.built_chunks[next(iter(self.built_chunks))]
         self.built_contexts += ix.contexts
         return ix
 

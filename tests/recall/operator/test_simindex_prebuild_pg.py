@@ -252,6 +252,45 @@ def test_a_present_build_racing_an_append_is_used_once_and_not_kept(pg):
         arch.close()
 
 
+def test_the_per_chunk_state_lasts_only_while_a_chunk_is_worked_on(pg, monkeypatch):
+    """A long run reads every chunk of its archive: the per-chunk locks and build
+    trackers go once no task works on a chunk, and the build counts keep the latest
+    chunks only (they used to keep one entry per chunk ever read or written)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from recall import similarity_source
+
+    monkeypatch.setattr(similarity_source, "BUILT_KEPT", 2)
+    arch, events = _live_archive(pg)
+    try:
+        op = _op(arch, events)
+        chunks = sorted(arch.chunk_ids(["ev_x", "cx_x_c"]))
+        real, started = op.source.build, []
+
+        def slow(chunk_id, conn=None, timeout_ms=None):  # the other threads queue on the chunk's lock
+            started.append(chunk_id)
+            assert op.source._locks[chunk_id][1] >= 1 and chunk_id in op.source._inflight
+            return real(chunk_id, conn, timeout_ms)
+
+        op.source.build = slow
+        with ThreadPoolExecutor(4) as pool:
+            built = list(pool.map(lambda c: op.fetch_chunk(None, c), [c for c in chunks for _ in range(3)]))
+        assert sorted(started) == chunks                     # one build per chunk: the waiters used it
+        assert all(built[3 * i] is built[3 * i + 2] for i in range(len(chunks)))
+        assert op.source._locks == {} and op.source._inflight == {}
+        _late_context(arch, events, 2, "zed")                # an invalidation with no build in flight
+        assert op.source._inflight == {}
+        arch.demote(T0 + timedelta(hours=3))
+        for c in chunks[:3]:
+            assert op.source.prebuild_one(c)
+        op.source.build = real
+        _task(op, arch)
+        assert op.source._locks == {} and op.source._inflight == {}
+        assert len(op.source.built_chunks) == 2              # the bound, not one entry per chunk
+    finally:
+        arch.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_listeners():
     before = list(simindex._ready)
