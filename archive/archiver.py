@@ -27,6 +27,7 @@ from archive.catalog_sql import CATALOG_DDL
 from archive.copy import copy_csv, frame_to_csv
 from archive.exec_sink import PARTS_DDL
 from archive.ids import source_ids
+from archive.index_claims import IndexClaims
 from archive.materialized import supersede
 from archive.names import partition_name, quote
 from archive.pg import Database
@@ -71,6 +72,8 @@ class Archiver(ChunkStore):
         self._intervals: dict[str, timedelta] = {}
         self._task_ids = chunks.TaskIdCache()
         self._cluster: dict[str, tuple[str, ...]] = {}
+        #: the BRIN time indexes this process reads through, kept from other processes' drops
+        self.index_claims = IndexClaims(db)
         self._load()
 
     # -- connections -------------------------------------------------------------------
@@ -86,6 +89,7 @@ class Archiver(ChunkStore):
         return self.db.connect()
 
     def close(self) -> None:
+        self.index_claims.close()
         self.db.close()
 
     # -- registry ----------------------------------------------------------------------

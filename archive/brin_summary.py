@@ -108,8 +108,12 @@ class Summarizer:
         return n
 
     def run_once(self) -> int:
-        """One background pass: the stream's present chunks."""
+        """One background pass: the stream's present chunks. Also renews this process's
+        index claims if the server lost them (:mod:`archive.index_claims`)."""
         t0 = time.monotonic()
+        claims = getattr(self.archiver, "index_claims", None)
+        if claims is not None:
+            claims.keep_alive()
         ids = [c.chunk_id for c in self.archiver.chunks(self.stream, Tier.PRESENT)]
         with self._lock:
             index = self.index()

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from archive import brin_summary
+from archive.index_claims import unclaimed
 from archive.names import partition_name, quote
 from archive.types import ColumnType
 from archive.validate import text_problem
@@ -80,8 +81,10 @@ def cluster_by(archiver, stream: str, keys: Sequence[str]) -> tuple[str, ...]:
 
 def ensure_time_index(archiver, stream: str, keys: Sequence[str] = ()) -> tuple[str, ...]:
     """Create the stream's BRIN index on its event time and cluster keys (idempotent),
-    and drop the stream's other such indexes (of other keys, or of none: each costs
-    every write, and this one serves their reads too). ``keys`` asks for the rows to be
+    claim it for this process, and drop the stream's other such indexes that no live
+    process claims (of other keys, or of none: each costs every write, and this one
+    serves their reads too; one another process reads through stays,
+    :mod:`archive.index_claims`). ``keys`` asks for the rows to be
     clustered by them (:func:`cluster_by`); returns the keys the stream's rows are
     clustered by. Index DDL of a stream takes turns under the same advisory lock as
     tier changes.
@@ -97,6 +100,7 @@ def ensure_time_index(archiver, stream: str, keys: Sequence[str] = ()) -> tuple[
     name = time_index_name(stream, keys)
     cols = ", ".join(quote(c) for c in (spec.ts_col, *keys))
     how = f"USING brin ({cols}) WITH (pages_per_range = {PAGES_PER_RANGE}, autosummarize = on)"
+    archiver.index_claims.claim(stream, name)  # before the DDL: another process's drop now spares it
     with archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"moirae_tier:{spec.name}",))
         cur.execute(f"CREATE INDEX IF NOT EXISTS {quote(name)} ON ONLY {quote(stream)} {how}")
@@ -117,6 +121,10 @@ def ensure_time_index(archiver, stream: str, keys: Sequence[str] = ()) -> tuple[
                     "WHERE i.indrelid = to_regclass(%s)", (quote(stream),))
         for (other,) in cur.fetchall():
             if other != name and other.startswith(f"{stream}__ts") and other.endswith("_brin"):
+                if not unclaimed(cur, archiver.db.schema, other):
+                    log.info("archive: stream %r clustered by %s here: keeping its BRIN index %s, which another "
+                             "live process reads through", stream, list(keys), other)
+                    continue
                 log.info("archive: stream %r clustered by %s: dropping its BRIN index %s", stream, list(keys), other)
                 cur.execute(f"DROP INDEX {quote(other)}")
     return keys

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, metrics_spec, rows, table_rows
+from arch_helpers import T0, make_archiver, metrics_spec, rows, table_rows
 
-from archive import StreamSpec, contributors, exec_sink
+from archive import Database, StreamSpec, contributors, exec_sink
 from archive.abc import Tier
 from archive.brin_summary import Summarizer, summarize
 from archive.contributors import ensure_time_index, time_index, time_index_name, window_rows
@@ -77,6 +77,49 @@ def test_the_first_keys_asked_for_cluster_the_stream_and_its_one_brin_index(arch
     archiver.register_stream(StreamSpec.build("flags", "ts", {"ok": "boolean", "host": "text"}))
     assert ensure_time_index(archiver, "flags", ["ok", "host"]) == ("host",)  # BRIN has no boolean summary
     assert list(_brin_indexes(archiver, "flags")) == ["flags__ts_host_brin"]
+
+
+def test_a_process_with_other_keys_keeps_the_index_a_live_process_reads_through(archiver, pg):
+    """Two processes window one stream by different keys: each keeps the other's index
+    while the other lives (each used to drop the other's at start, and the other's
+    window reads then scanned whole chunks); once a process is gone, or its claims'
+    session is, its index is dropped at the next start, as a redeploy with new keys
+    needs. A claim the server lost is taken again by the keep-alive."""
+    other = make_archiver(Database(pg.dsn, schema=pg.schema))  # another process: sessions of its own
+    both = {"metrics__ts_host_brin", "metrics__ts_n_brin"}
+    try:
+        assert ensure_time_index(archiver, "metrics", ["host"]) == ("host",)
+        assert ensure_time_index(other, "metrics", ["n"]) == ("n",)
+        assert set(_brin_indexes(archiver)) == both                    # the first process's index stayed
+        assert ensure_time_index(archiver, "metrics", ["host"]) == ("host",)
+        assert set(_brin_indexes(archiver)) == both                    # and the second's too
+        _archive_rows(archiver)
+        got = window_rows(other, "metrics", ["n"], [((3,), T0, T0 + timedelta(hours=3))])
+        assert [r[0] for r in got[0]] == table_rows(archiver).query("n == 3")._sid.tolist()
+
+        with archiver.db.connection() as conn, conn.cursor() as cur:  # the server loses the second's claims
+            cur.execute("SELECT pg_terminate_backend(%s)", (other.index_claims._conn.get_backend_pid(),))
+        assert other.index_claims.keep_alive(every=0) is True and other.index_claims.renewed >= 1
+        assert ensure_time_index(archiver, "metrics", ["host"]) == ("host",)
+        assert set(_brin_indexes(archiver)) == both                    # claimed again: kept
+
+        other.close()                                                   # the second process stops
+        assert ensure_time_index(archiver, "metrics", ["host"]) == ("host",)
+        assert set(_brin_indexes(archiver)) == {"metrics__ts_host_brin"}
+        archiver.close()                                                # and the first, redeployed with new keys
+        fresh = make_archiver(Database(pg.dsn, schema=pg.schema))
+        try:
+            assert ensure_time_index(fresh, "metrics", ["n"]) == ("n",)
+            assert set(_brin_indexes(fresh)) == {"metrics__ts_n_brin"}
+        finally:
+            fresh.close()
+    finally:
+        other.close()
+
+
+def _archive_rows(archiver) -> None:
+    for b, frame in enumerate([rows(30, step=timedelta(minutes=3)), rows(5, start=T0 + timedelta(minutes=1), first=40)]):
+        archiver.append("metrics", b, frame)
 
 
 def test_an_executor_writes_each_chunk_sorted_by_the_cluster_keys(archiver, writer):
