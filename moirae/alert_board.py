@@ -14,9 +14,11 @@ so the terminal shows incidents, not windows. Each block holds:
 
 :class:`Board` holds that state, applying each output's revisions (an INSERT replaces
 the row under its key, a DELETE removes it), so a block never shows a retracted or
-duplicate row. :class:`BoardPrinter` follows the engine's bus: on a terminal it redraws
-the blocks in place (rich ``Live``); otherwise it prints a block once each time its text
-changes. When the run ends it prints every block's final state.
+duplicate row. It keeps the incidents with the latest alerts, within bounds, so a run
+of weeks does not grow it without end. :class:`BoardPrinter` follows the engine's bus:
+on a terminal it redraws the blocks of the latest alerted incidents in place (rich
+``Live``); otherwise it prints a block once each time its text changes. When the run
+ends it prints every kept block's final state.
 """
 
 from __future__ import annotations
@@ -47,26 +49,42 @@ class _Alert:
 class _Block:
     id: str
     event: str
-    alerts: list[_Alert] = field(default_factory=list)
+    alerts: list[_Alert] = field(default_factory=list)  # the latest few (Board.keep_alerts)
     first_ts: str = ""
     last_ts: str = ""
+    count: int = 0  # alerts of the incident seen, kept or not
 
 
 def _fmt(v: Any) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
+#: incidents a board keeps: those with the latest alerts (a block shows the incident's
+#: latest alert; the API and console list every incident from the incident store)
+KEEP_BLOCKS = 500
+#: alerts a block keeps: the latest, and the latest with similar incidents found
+KEEP_ALERTS = 8
+
+
 class Board:
     """Blocks of incidents, updated from bus items (module doc). ``similarity`` names
     the Similarity Recall operators; ``incident_of(event_message)`` gives an alert's
-    incident id."""
+    incident id.
 
-    def __init__(self, similarity: set[str], incident_of: Callable[[Mapping[str, Any]], str]) -> None:
+    A run lasts as long as its operator wants, so the board is bounded: the
+    ``keep_blocks`` incidents with the latest alerts, and in each the ``keep_alerts``
+    latest alerts (never the latest one with similar incidents, which the block
+    shows). Outputs that arrive later for an alert no longer kept are not shown."""
+
+    def __init__(self, similarity: set[str], incident_of: Callable[[Mapping[str, Any]], str],
+                 keep_blocks: int = KEEP_BLOCKS, keep_alerts: int = KEEP_ALERTS) -> None:
         self.similarity = set(similarity)
         self.incident_of = incident_of
-        self.blocks: dict[str, _Block] = {}
+        self.keep_blocks, self.keep_alerts = max(1, keep_blocks), max(1, keep_alerts)
+        self.blocks: dict[str, _Block] = {}  # least recently alerted first
         self._alert_block: dict[str, str] = {}
         self.alerts = 0
+        self.dropped_blocks = 0  # incidents no longer kept
 
     def apply(self, item: Any) -> str | None:
         """Take one bus item; return the id of the incident whose block changed."""
@@ -75,11 +93,14 @@ class Board:
                 return None
             self.alerts += 1
             iid = str(self.incident_of(item))
-            block = self.blocks.setdefault(iid, _Block(iid, str(item.get("event", ""))))
+            block = self.blocks.pop(iid, None) or _Block(iid, str(item.get("event", "")))
+            self.blocks[iid] = block  # the latest alerted last
             block.alerts.append(_Alert(str(item["eid"]), dict(item.get("attrs") or {}), list(item.get("context") or [])))
+            block.count += 1
             ts = str(item.get("ts", ""))
             block.first_ts, block.last_ts = block.first_ts or ts, ts
             self._alert_block[str(item["eid"])] = iid
+            self._trim(block)
             return iid
         iid = self._alert_block.get(getattr(item, "eid", None))
         if iid is None or item.kind is OutputKind.BOUNDARY:
@@ -99,6 +120,19 @@ class Board:
             alert.covered[op] = item.covered
         return iid
 
+    def _trim(self, block: _Block) -> None:
+        """Keep the board within its bounds (class doc)."""
+        while len(block.alerts) > self.keep_alerts:
+            shown = next((a for a in reversed(block.alerts) if any(a.similar.values()) or a.status), None)
+            gone = next(a for a in block.alerts if a is not shown)
+            block.alerts.remove(gone)
+            self._alert_block.pop(gone.eid, None)
+        while len(self.blocks) > self.keep_blocks:
+            old = self.blocks.pop(next(iter(self.blocks)))
+            for a in old.alerts:
+                self._alert_block.pop(a.eid, None)
+            self.dropped_blocks += 1
+
     def render(self, iid: str, k: int | None = None) -> str:
         """The block of one incident as text."""
         b = self.blocks[iid]
@@ -106,7 +140,7 @@ class Board:
         shown = next((a for a in reversed(b.alerts) if any(a.similar.values()) or a.status), latest)
         novel = any(s.get("novel") for s in shown.status.values())
         span = b.first_ts[11:16] + (f"-{b.last_ts[11:16]}" if b.last_ts != b.first_ts else "")
-        lines = [f"INCIDENT {iid}  {b.event}  {len(b.alerts)} alert{'s' * (len(b.alerts) != 1)}  {span}"
+        lines = [f"INCIDENT {iid}  {b.event}  {b.count} alert{'s' * (b.count != 1)}  {span}"
                  + ("  NOVEL: no similar past incident" if novel else "")]
         attrs = ", ".join(f"{k_}={_fmt(v)}" for k_, v in latest.attrs.items())
         ctx = ", ".join(sorted({f"{k_}={v}" for t in latest.context for k_, v in t.items()}))
@@ -185,7 +219,10 @@ class BoardPrinter:
         if self._live is not None:
             self._live.stop()
         if self.board.blocks:
-            print("\nfinal similar incidents per incident:\n" + self.board.render_all(), flush=True)
+            older = self.board.dropped_blocks
+            print("\nfinal similar incidents per incident:\n" + self.board.render_all()
+                  + (f"\n\n({older} older incident{'s' * (older != 1)} not kept here: the API and console list "
+                     "every incident)" if older else ""), flush=True)
 
     def _loop(self) -> None:
         dirty: set[str] = set()
@@ -211,6 +248,8 @@ class BoardPrinter:
             if self._printed.get(iid) != text:
                 self._printed[iid] = text
                 print(text, flush=True)
+        if len(self._printed) > 2 * len(self.board.blocks):  # forget the incidents the board let go
+            self._printed = {i: t for i, t in self._printed.items() if i in self.board.blocks}
 
 
 def _similarity_ops(engine) -> set[str]:

@@ -102,3 +102,30 @@ def test_printer_follows_the_bus_prints_each_change_once_and_the_final_blocks(pg
     assert len(blocks) == len(set(blocks))  # printed once per change, never the same text twice
     lines = [ln for ln in final.splitlines() if ln.startswith("    ")]
     assert [ln.split()[1:3] for ln in lines] == [["0.90", "p2"], ["0.50", "p1"]]
+
+
+def test_the_board_keeps_the_incidents_with_the_latest_alerts_and_a_few_alerts_each():
+    """A run lasts for weeks: the board keeps the incidents with the latest alerts and
+    the latest alerts of each (it used to keep every incident and alert it ever saw),
+    and never the latest alert whose similar incidents the block shows."""
+    tr = IncidentTracker(IncidentRule(("sid",), timedelta(minutes=5)))
+    b = Board({"similar"}, lambda m: tr.assign(m["eid"], m["attrs"]["sid"], m["ts"]).incident,
+              keep_blocks=3, keep_alerts=2)
+    for i in range(3):
+        b.apply(_event(f"x{i}", 0, sid=f"s{i}"))
+    b.apply(_event("x0b", 5, sid="s0"))                           # s0 alerts again: the latest alerted now
+    for i in range(3, 5):                                         # two more incidents: s1's and s2's go
+        b.apply(_event(f"x{i}", 5, sid=f"s{i}"))
+    assert list(b.blocks) == ["x0", "x3", "x4"] and b.dropped_blocks == 2
+    assert b.apply(_out("x1", "similar", OutputKind.INSERT, "p1", _sim("p1", 0.5))) is None  # let go: not shown
+
+    assert b.apply(_out("x0b", "similar", OutputKind.INSERT, "p9", _sim("p9", 0.8))) == "x0"
+    for n, minute in enumerate([10, 15, 20], 1):                 # three more alerts, none with results yet
+        b.apply(_event(f"x0{n}", minute, sid="s0"))
+    block = b.blocks["x0"]
+    assert [a.eid for a in block.alerts] == ["x0b", "x03"]        # the shown one stays, the latest stays
+    text = b.render("x0")
+    assert text.startswith("INCIDENT x0  overload  5 alerts") and "latest alert x03" in text
+    assert "0.80  p9" in text                                     # the similar incidents shown are x0b's
+    assert b.apply(_out("x01", "similar", OutputKind.INSERT, "p2", _sim("p2", 0.9))) is None
+    assert len(b._alert_block) == sum(len(x.alerts) for x in b.blocks.values())
