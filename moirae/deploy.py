@@ -295,8 +295,13 @@ class DeployManager:
     def save_state(self) -> None:
         """Persist what must survive a restart besides the archive (similarity statistics)."""
         for name, op in self.ops.items():
-            if hasattr(op, "snapshot"):
-                save_similarity(self.engine.db, name, op.snapshot())
+            if hasattr(op, "state_delta"):
+                snap, learned = op.state_delta()
+                try:
+                    save_similarity(self.engine.db, name, snap, learned)
+                except BaseException:
+                    op.keep_unsaved(learned)
+                    raise
 
     def close(self) -> None:
         self.stop()

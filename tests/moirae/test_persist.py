@@ -52,3 +52,54 @@ def test_contributing_view_keeps_only_tuples_with_edges(pg):
     finally:
         arch.close()
     assert contributing_view(pg, []) is None
+
+
+def _similarity_op(pg):
+    from recall.similarity_recall import SimilarityRecall
+
+    arch = Archiver(pg, ArchiveSettings(chunk_span=timedelta(hours=1), recent_chunks=2))
+    arch.register_stream(StreamSpec.build("ev_x", "ts", {"eid": "text", "host": "text"}))
+    arch.register_stream(StreamSpec.build("cx_x_c", "ts", {"eid": "text", "user": "text"}))
+    return arch, SimilarityRecall("sim", event="x", store=arch, event_stream="ev_x", context_streams=["cx_x_c"], k=3)
+
+
+def test_learned_event_ids_are_saved_apart_a_round_s_new_ones_at_a_time(pg):
+    """A save used to rewrite the ids of every event ever learned in the snapshot's JSON
+    (24 MB at a million past events, every maintenance round); now each save adds the
+    ids learned since the last one, in the same transaction as the statistics that count
+    them, and a restart learns none of them twice. A snapshot of the earlier layout is
+    read, and its ids are saved apart at the next save."""
+    arch, op = _similarity_op(pg)
+    arch2, op2 = _similarity_op(pg)
+    try:
+        for i in range(3):
+            assert op.learn_event(f"e{i}", [{"user": f"u{i}"}])
+        snap, new = op.state_delta()
+        assert new == ["e0", "e1", "e2"] and "learned" not in snap
+        save_similarity(pg, "sim", snap, new)
+        op.learn_event("e1", [{"user": "again"}])                     # known: not counted, not saved again
+        op.learn_event("e3", [{"user": "u3"}])
+        snap, new = op.state_delta()
+        assert new == ["e3"]
+        op.keep_unsaved(new)                                          # as after a failed save
+        snap, new = op.state_delta()
+        assert new == ["e3"] and op.state_delta()[1] == []
+        save_similarity(pg, "sim", snap, new)
+        back = load_similarity(pg, "sim")
+        assert back["learned"] == ["e0", "e1", "e2", "e3"] and back["learned_unsaved"] == []
+        op2.restore(back)
+        assert op2.stats.events == 4
+        assert op2.learn_event("e2", [{"user": "twice"}]) and op2.stats.events == 4
+        assert op2.state_delta()[1] == []
+
+        save_similarity(pg, "legacy", {**op.snapshot(), "learned": ["o1", "o2"]})  # an earlier release's save
+        old = load_similarity(pg, "legacy")
+        assert old["learned"] == old["learned_unsaved"] == ["o1", "o2"]
+        op2.restore(old)
+        snap, new = op2.state_delta()
+        assert new == ["o1", "o2"]                                    # saved apart at the next save
+        save_similarity(pg, "legacy", snap, new)
+        assert load_similarity(pg, "legacy")["learned_unsaved"] == [] and load_similarity(pg, "legacy")["learned"] == ["o1", "o2"]
+    finally:
+        arch.close()
+        arch2.close()
