@@ -33,7 +33,7 @@ from moirae.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_
 from moirae.incidents import IncidentConfig, IncidentStore
 from moirae.live import EventFlow
 from moirae.materialize import ReplicaOperator, raw_chunks, replica_event
-from moirae.persist import load_similarity, save_similarity
+from moirae.persist import forget_learned, load_similarity, save_similarity
 from moirae.unit_inputs import UnitLedger
 from recall.api import OutputKind
 from recall.manager import RecallManager
@@ -215,8 +215,8 @@ class DeployManager:
                               surrounding_streams=[context_stream(event, c.name) for c in cqs if c.surrounding],
                               k=k or self.engine.settings.similarity.k, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
         snap = load_similarity(self.engine.db, name)
-        if snap is not None:
-            op.restore(snap)  # E and C_k continue from the last run (M 3.5)
+        if snap is not None and not op.restore(snap):  # E and C_k continue from the last run (M 3.5)
+            forget_learned(self.engine.db, name)  # or start afresh, their events to be learned again
         self.manager.register(op)
         if op.source.persisted is not None:
             self.indexes.add(op)

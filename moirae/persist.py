@@ -65,6 +65,15 @@ def load_similarity(db, name: str) -> dict | None:
     return snap
 
 
+def forget_learned(db, name: str) -> None:
+    """Drop the saved ids of the events ``name`` learned: its statistics were dropped
+    (learned under another context declaration), so those events are to be learned
+    again when they come."""
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute(LEARNED_DDL)
+        cur.execute("DELETE FROM moirae_similarity_learned WHERE operator = %s", (name,))
+
+
 def contributing_view(db, edge_tables: list[str]) -> str | None:
     """(Re)create the view of every source id with a provenance edge; None without edges."""
     if not edge_tables:

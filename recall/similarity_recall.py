@@ -226,16 +226,17 @@ class SimilarityRecall:
         with self._lock:
             self._unsaved[:0] = list(eids)
 
-    def restore(self, snap: Mapping[str, Any]) -> None:
+    def restore(self, snap: Mapping[str, Any]) -> bool:
         """Continue E, C_k and the novelty calibration from a saved snapshot, under this
         operator's configuration (a changed ``idf`` applies at once). Statistics learned
         under another context declaration are dropped with a warning and relearned from
-        the events to come: mixing them would score with synopses of other attributes."""
+        the events to come: mixing them would score with synopses of other attributes.
+        False when dropped (the saved ids of learned events are then stale too)."""
         try:
             stats = ContextStatistics.restore(snap["stats"], config=self.config)
         except SnapshotError as exc:
             log.warning("similarity recall %r: not restoring its statistics: %s", self.name, exc)
-            return
+            return False
         with self._lock:
             self.stats = stats
             self._learned = set(snap.get("learned", ()))
@@ -243,6 +244,7 @@ class SimilarityRecall:
             self._unsaved = [e for e in snap.get("learned_unsaved", ()) if e in self._learned]
         self.novelty.restore(snap.get("novelty") or {})
         self.source.invalidate_all()  # term ids are checked against the persisted vocabulary again
+        return True
 
     # -- RecallOperator --------------------------------------------------------------------
 

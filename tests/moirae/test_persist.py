@@ -10,7 +10,7 @@ import pytest
 
 from ananke.store import GraphStore
 from archive import Archiver, ArchiveSettings, Contributing, Retention, RetentionPolicy, StreamSpec
-from moirae.persist import contributing_view, load_similarity, save_similarity
+from moirae.persist import contributing_view, forget_learned, load_similarity, save_similarity
 from similarity import ContextStatistics
 
 pytestmark = pytest.mark.postgres
@@ -100,6 +100,15 @@ def test_learned_event_ids_are_saved_apart_a_round_s_new_ones_at_a_time(pg):
         assert new == ["o1", "o2"]                                    # saved apart at the next save
         save_similarity(pg, "legacy", snap, new)
         assert load_similarity(pg, "legacy")["learned_unsaved"] == [] and load_similarity(pg, "legacy")["learned"] == ["o1", "o2"]
+
+        from recall.similarity_recall import SimilarityRecall
+        from similarity import NumericSpec
+
+        other = SimilarityRecall("sim", event="x", store=arch, event_stream="ev_x", context_streams=["cx_x_c"], k=3,
+                                 numeric={"user": NumericSpec()})  # another context declaration
+        assert other.restore(load_similarity(pg, "sim")) is False    # its statistics are dropped...
+        forget_learned(pg, "sim")                                     # ...and so are the ids they counted
+        assert load_similarity(pg, "sim")["learned"] == [] and other.state_delta()[1] == []
     finally:
         arch.close()
         arch2.close()
