@@ -74,11 +74,6 @@ class IndexClaims:
             if old is not None and old != key and old not in self._held.values():
                 self._release(old)
 
-    def held(self) -> dict[str, str]:
-        """Stream -> claim key of each claim this process holds."""
-        with self._lock:
-            return dict(self._held)
-
     def keep_alive(self, every: float = KEEP_ALIVE_SECONDS) -> bool:
         """Check the claims' connection at most every ``every`` seconds, and take the
         claims again on a new one if the server lost it. True when it renewed them."""
@@ -103,11 +98,10 @@ class IndexClaims:
         with self._lock:
             self._held.clear()
             if self._conn is not None:
-                try:  # at once: the server would see the closed socket a moment later
-                    with self._conn.cursor() as cur:
-                        cur.execute("SELECT pg_advisory_unlock_all()")
-                except Exception:  # the connection is gone, and the claims with it
-                    pass
+                # at once: the server would see the closed socket a moment later; a
+                # connection already gone took the claims with it
+                with suppress(Exception), self._conn.cursor() as cur:
+                    cur.execute("SELECT pg_advisory_unlock_all()")
             self._drop_conn()
 
     def _take(self, keys: list[str]) -> None:

@@ -29,13 +29,20 @@ STATE_VERSION = 1
 CONTRIBUTING_VIEW = "moirae_contributing"
 
 
+def ensure_similarity_tables(db) -> None:
+    """Create the tables :func:`save_similarity` writes, if missing. :func:`load_similarity`
+    calls it, which a deployment runs once per operator before its first save."""
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute(DDL + LEARNED_DDL)
+
+
 def save_similarity(db, name: str, snapshot: dict, learned: Sequence[str] = ()) -> None:
     """Save a Similarity Recall's state: ``snapshot`` (its statistics, as one JSON
     document) and ``learned``, the ids of the events learned since the last save, which
     are added to the operator's ids in a table of their own, in the same transaction (a
-    million ids were 24 MB of JSON to rewrite every maintenance round)."""
+    million ids were 24 MB of JSON to rewrite every maintenance round). The tables exist
+    (:func:`ensure_similarity_tables`): this runs every maintenance round."""
     with db.connection(autocommit=False) as conn, conn.cursor() as cur:
-        cur.execute(DDL + LEARNED_DDL)
         cur.execute("INSERT INTO moirae_similarity_state (operator, version, snapshot) VALUES (%s, %s, %s) "
                     "ON CONFLICT (operator) DO UPDATE SET version = EXCLUDED.version, snapshot = EXCLUDED.snapshot, "
                     "saved_at = now()", (name, STATE_VERSION, json.dumps(snapshot)))
@@ -46,10 +53,11 @@ def save_similarity(db, name: str, snapshot: dict, learned: Sequence[str] = ()) 
 
 def load_similarity(db, name: str) -> dict | None:
     """The saved snapshot, or None; a snapshot of another version is refused loudly.
-    Its ``learned`` holds every id saved (:func:`save_similarity`); ``learned_unsaved``
-    those a snapshot of an earlier release held in its JSON only, to be saved apart."""
+    Its ``learned`` is the set of every id saved (:func:`save_similarity`), unsorted (a
+    million of them at start-up); ``learned_unsaved`` the set of those a snapshot of an
+    earlier release held in its JSON only, to be saved apart."""
+    ensure_similarity_tables(db)
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute(DDL + LEARNED_DDL)
         cur.execute("SELECT version, snapshot FROM moirae_similarity_state WHERE operator = %s", (name,))
         row = cur.fetchone()
         if row is None:
@@ -60,8 +68,9 @@ def load_similarity(db, name: str) -> dict | None:
         saved = {r[0] for r in cur}
     snap = dict(row[1])
     in_json = set(snap.get("learned", ()))
-    snap["learned"] = sorted(saved | in_json)
-    snap["learned_unsaved"] = sorted(in_json - saved)
+    snap["learned_unsaved"] = in_json - saved
+    saved |= in_json
+    snap["learned"] = saved
     return snap
 
 
@@ -69,8 +78,8 @@ def forget_learned(db, name: str) -> None:
     """Drop the saved ids of the events ``name`` learned: its statistics were dropped
     (learned under another context declaration), so those events are to be learned
     again when they come."""
+    ensure_similarity_tables(db)
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute(LEARNED_DDL)
         cur.execute("DELETE FROM moirae_similarity_learned WHERE operator = %s", (name,))
 
 

@@ -237,11 +237,13 @@ class SimilarityRecall:
         except SnapshotError as exc:
             log.warning("similarity recall %r: not restoring its statistics: %s", self.name, exc)
             return False
+        learned = snap.get("learned", ())
+        learned = learned if isinstance(learned, set) else set(learned)  # a loaded set is taken over, not copied
         with self._lock:
             self.stats = stats
-            self._learned = set(snap.get("learned", ()))
+            self._learned = learned
             # ids a snapshot held in its JSON (before they were saved apart) are saved apart next
-            self._unsaved = [e for e in snap.get("learned_unsaved", ()) if e in self._learned]
+            self._unsaved = sorted(e for e in snap.get("learned_unsaved", ()) if e in learned)
         self.novelty.restore(snap.get("novelty") or {})
         self.source.invalidate_all()  # term ids are checked against the persisted vocabulary again
         return True

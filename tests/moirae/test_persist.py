@@ -10,7 +10,13 @@ import pytest
 
 from ananke.store import GraphStore
 from archive import Archiver, ArchiveSettings, Contributing, Retention, RetentionPolicy, StreamSpec
-from moirae.persist import contributing_view, forget_learned, load_similarity, save_similarity
+from moirae.persist import (
+    contributing_view,
+    ensure_similarity_tables,
+    forget_learned,
+    load_similarity,
+    save_similarity,
+)
 from similarity import ContextStatistics
 
 pytestmark = pytest.mark.postgres
@@ -25,7 +31,7 @@ def test_similarity_statistics_round_trip(pg):
     back = load_similarity(pg, "similar")
     restored = ContextStatistics.restore(back["stats"])
     assert restored.events == 3 and restored.doc_freq("user=a") == 2
-    assert back["learned"] == ["e1", "e2", "e3"]
+    assert back["learned"] == {"e1", "e2", "e3"}
 
 
 def test_contributing_view_keeps_only_tuples_with_edges(pg):
@@ -71,6 +77,7 @@ def test_learned_event_ids_are_saved_apart_a_round_s_new_ones_at_a_time(pg):
     read, and its ids are saved apart at the next save."""
     arch, op = _similarity_op(pg)
     arch2, op2 = _similarity_op(pg)
+    ensure_similarity_tables(pg)  # as a deployment's load does before its first save
     try:
         for i in range(3):
             assert op.learn_event(f"e{i}", [{"user": f"u{i}"}])
@@ -86,7 +93,7 @@ def test_learned_event_ids_are_saved_apart_a_round_s_new_ones_at_a_time(pg):
         assert new == ["e3"] and op.state_delta()[1] == []
         save_similarity(pg, "sim", snap, new)
         back = load_similarity(pg, "sim")
-        assert back["learned"] == ["e0", "e1", "e2", "e3"] and back["learned_unsaved"] == []
+        assert back["learned"] == {"e0", "e1", "e2", "e3"} and back["learned_unsaved"] == set()
         op2.restore(back)
         assert op2.stats.events == 4
         assert op2.learn_event("e2", [{"user": "twice"}]) and op2.stats.events == 4
@@ -94,12 +101,12 @@ def test_learned_event_ids_are_saved_apart_a_round_s_new_ones_at_a_time(pg):
 
         save_similarity(pg, "legacy", {**op.snapshot(), "learned": ["o1", "o2"]})  # an earlier release's save
         old = load_similarity(pg, "legacy")
-        assert old["learned"] == old["learned_unsaved"] == ["o1", "o2"]
+        assert old["learned"] == old["learned_unsaved"] == {"o1", "o2"}
         op2.restore(old)
         snap, new = op2.state_delta()
         assert new == ["o1", "o2"]                                    # saved apart at the next save
         save_similarity(pg, "legacy", snap, new)
-        assert load_similarity(pg, "legacy")["learned_unsaved"] == [] and load_similarity(pg, "legacy")["learned"] == ["o1", "o2"]
+        assert load_similarity(pg, "legacy")["learned_unsaved"] == set() and load_similarity(pg, "legacy")["learned"] == {"o1", "o2"}
 
         from recall.similarity_recall import SimilarityRecall
         from similarity import NumericSpec
@@ -108,7 +115,7 @@ def test_learned_event_ids_are_saved_apart_a_round_s_new_ones_at_a_time(pg):
                                  numeric={"user": NumericSpec()})  # another context declaration
         assert other.restore(load_similarity(pg, "sim")) is False    # its statistics are dropped...
         forget_learned(pg, "sim")                                     # ...and so are the ids they counted
-        assert load_similarity(pg, "sim")["learned"] == [] and other.state_delta()[1] == []
+        assert load_similarity(pg, "sim")["learned"] == set() and other.state_delta()[1] == []
     finally:
         arch.close()
         arch2.close()
