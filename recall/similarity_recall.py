@@ -48,6 +48,7 @@ from similarity.explain import explain
 from similarity.incidents import ChunkGroups, IncidentRule, chunk_groups
 from similarity.index import ChunkIndex
 from similarity.index import build as build_index
+from similarity.learned import LearnedIds
 from similarity.novelty import NoveltyCalibrator
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class SimilarityRecall:
         self.resolutions = resolutions
         self.novelty = novelty or NoveltyCalibrator()
         self.explain_terms = explain_terms
-        self._learned: set[str] = set()
+        self._learned = LearnedIds()  # 8 bytes an event, for the life of the operator
         self._unsaved: list[str] = []  # learned since the last state_delta (persisted incrementally)
         self._lock = threading.Lock()
         #: (eid, reason) of the latest contexts refused by learn_event (``refused`` counts all)
@@ -205,10 +206,11 @@ class SimilarityRecall:
         return refused
 
     def snapshot(self) -> dict[str, Any]:
-        """The whole state: the statistics, the ids of every event learned, the novelty
-        calibration."""
+        """The whole state: the statistics, the ids of every event learned (a
+        :class:`~similarity.learned.LearnedIds` copy: as hashes, not JSON; a save writes
+        :meth:`state_delta`'s ids), the novelty calibration."""
         with self._lock:
-            return {"stats": self.stats.snapshot(), "learned": sorted(self._learned),
+            return {"stats": self.stats.snapshot(), "learned": self._learned.copy(),
                     "novelty": self.novelty.snapshot()}
 
     def state_delta(self) -> tuple[dict[str, Any], list[str]]:
@@ -238,7 +240,7 @@ class SimilarityRecall:
             log.warning("similarity recall %r: not restoring its statistics: %s", self.name, exc)
             return False
         learned = snap.get("learned", ())
-        learned = learned if isinstance(learned, set) else set(learned)  # a loaded set is taken over, not copied
+        learned = learned.copy() if isinstance(learned, LearnedIds) else LearnedIds(learned)
         with self._lock:
             self.stats = stats
             self._learned = learned

@@ -33,7 +33,7 @@ recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recal
 recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.model
 scheduler.scheduler scheduler.stride
-similarity similarity.config similarity.explain similarity.idf similarity.incidents similarity.novelty similarity.scorer similarity.search
+similarity similarity.config similarity.explain similarity.idf similarity.incidents similarity.learned similarity.novelty similarity.scorer similarity.search
 similarity.index_cache similarity.index_codec similarity.stats similarity.synopsis similarity.terms similarity.topk
 similarity.vocabulary
 """.split())
