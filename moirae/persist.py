@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 
 from archive.names import quote
+from similarity.learned import LearnedIds
 
 DDL = """
 CREATE TABLE IF NOT EXISTS moirae_similarity_state (
@@ -53,9 +54,10 @@ def save_similarity(db, name: str, snapshot: dict, learned: Sequence[str] = ()) 
 
 def load_similarity(db, name: str) -> dict | None:
     """The saved snapshot, or None; a snapshot of another version is refused loudly.
-    Its ``learned`` is the set of every id saved (:func:`save_similarity`), unsorted (a
-    million of them at start-up); ``learned_unsaved`` the set of those a snapshot of an
-    earlier release held in its JSON only, to be saved apart."""
+    Its ``learned`` holds every id saved (:func:`save_similarity`), as the operator
+    keeps them (:class:`similarity.learned.LearnedIds`, 8 bytes each: a million of them
+    at start-up); ``learned_unsaved`` is the set of those a snapshot of an earlier
+    release held in its JSON only, to be saved apart."""
     ensure_similarity_tables(db)
     with db.connection() as conn, conn.cursor() as cur:
         cur.execute("SELECT version, snapshot FROM moirae_similarity_state WHERE operator = %s", (name,))
@@ -65,12 +67,11 @@ def load_similarity(db, name: str) -> dict | None:
         if row[0] != STATE_VERSION:
             raise ValueError(f"similarity state of {name!r} has version {row[0]}, this engine reads {STATE_VERSION}")
         cur.execute("SELECT eid FROM moirae_similarity_learned WHERE operator = %s", (name,))
-        saved = {r[0] for r in cur}
+        saved = LearnedIds(r[0] for r in cur)
     snap = dict(row[1])
-    in_json = set(snap.get("learned", ()))
-    snap["learned_unsaved"] = in_json - saved
-    saved |= in_json
-    snap["learned"] = saved
+    unsaved = {e for e in snap.get("learned", ()) if e not in saved}
+    saved.update(unsaved)
+    snap["learned"], snap["learned_unsaved"] = saved, unsaved
     return snap
 
 
