@@ -9,6 +9,11 @@ chunk and the newest event time; the driver sums those into the chunk catalog wh
 commits the whole batch (:meth:`archive.archiver.Archiver.commit_parts`), and deletes
 the part rows then.
 
+A partition's rows are COPYed as the JVM hands them over, Arrow batch by Arrow batch,
+when they go to chunks that exist (:mod:`archive.exec_stream`); otherwise, and for
+staged rows or rows sorted by cluster keys, once the whole partition has arrived
+(:func:`write_partition`).
+
 Each chunk's rows go straight into the chunk's partition (:func:`by_chunk`). The batch
 is read once, new chunks included: a partition whose rows fall into chunks
 that do not exist yet creates them itself, with the driver's code
@@ -96,10 +101,7 @@ class PartitionJob:
         from pyspark import TaskContext
 
         part = TaskContext.get().partitionId()
-        received = list(batches)
-        rows, dead, dup, missing = 0, 0, False, []
-        if received and sum(b.num_rows for b in received):
-            rows, dead, dup, missing = write_with_retry(self, part, pa.Table.from_batches(received))
+        rows, dead, dup, missing = write_arriving(self, part, batches)[0]
         if self.after_commit is not None and not missing:
             self.after_commit(self.batch_id, part)
         yield pa.RecordBatch.from_pydict({"part": [part], "rows": [rows], "dead_letters": [dead],
@@ -200,6 +202,27 @@ def batch_property(batch_id: int, span_us: int, horizon: datetime | None, bulk: 
     return json.dumps({"batch_id": int(batch_id), "span_us": int(span_us),
                        "horizon": None if horizon is None else horizon.isoformat(), "bulk": bool(bulk),
                        "skip": bool(skip), "cluster": list(cluster)})
+
+
+def write_arriving(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatch]
+                   ) -> tuple[tuple[int, int, bool, list[int]], list[pa.RecordBatch]]:
+    """Archive partition ``part`` from its Arrow batches as the JVM hands them over:
+    as they arrive when the job allows it (:mod:`archive.exec_stream`), else, or when
+    that gives up, once the last has come (:func:`write_with_retry`). Returns the
+    result (rows, dead letters, duplicate, missing chunks) and every batch received."""
+    from archive.exec_stream import streamable, write_streamed
+
+    received: list[pa.RecordBatch] = []
+    result = None
+    if streamable(job):
+        result = write_streamed(job, part, batches, received)  # None: gave up, every batch in received
+    else:
+        received = list(batches)
+    if result is None:
+        result = (0, 0, False, [])
+        if sum(b.num_rows for b in received):
+            result = write_with_retry(job, part, pa.Table.from_batches(received))
+    return result, received
 
 
 def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:

@@ -1,0 +1,117 @@
+"""A partition's rows COPYed as they arrive from the JVM (issue 11 §2), not after the last.
+
+:func:`archive.exec_sink.write_partition` starts writing once the whole partition has
+reached the Python worker: the JVM produces the rows, then PostgreSQL inserts them,
+one after the other. At the archive configuration's highest sustained rate on this
+2-core machine (bench/engine_jvm.py) half the machine was idle while a micro-batch took
+its whole trigger interval. Here each Arrow batch the JVM hands over (at most
+``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) is split by chunk and COPYed into
+its chunks' partitions while the JVM produces the next, in the one data transaction of
+the partition.
+
+Exactly-once is kept as in :mod:`archive.exec_sink`: the partition's
+``moirae_batch_parts`` row is inserted before its first row (a partition written before
+is found at once and nothing is written), and updated with the counts before the
+commit. The streamed path only writes into chunks that exist: a batch that reaches a
+chunk not in the catalog (or more than one transaction may lock), rows without a
+chunk interval (staged) or rows to be sorted by cluster keys (a whole partition's
+order) give up before the first write or roll back, and the whole partition goes the
+way it always went, as does a partition whose connection broke (with its retries).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from archive.copy import arrow_to_copy_binary, copy_binary
+from archive.exec_sink import PartitionJob, _connection, _drop_connection, _tiers, by_chunk, split_arrow
+from archive.names import partition_name
+from archive.types import ColumnType
+
+
+def streamable(job: PartitionJob) -> bool:
+    """Whether ``job``'s partitions may be written as they arrive (module doc)."""
+    return job.span_us > 0 and not job.cluster and not job.skip
+
+
+def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatch],
+                   received: list[pa.RecordBatch]) -> tuple[int, int, bool, list[int]] | None:
+    """Archive partition ``part`` from ``batches`` as they come, appending each to
+    ``received``; the result as :func:`archive.exec_sink.write_partition` gives it, or
+    None when it gave up (nothing written, ``batches`` drained into ``received``): the
+    caller then writes ``received`` the whole-partition way."""
+    from archive.archiver import MAX_CHUNKS_PER_BATCH
+    from archive.pg import is_connection_lost
+
+    spec = job.spec
+    types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+    columns = [c for c, _ in types]
+    conn = _connection(job.dsn, job.schema)
+    tiers: dict[int, str] = {}
+    counts: dict[int, list[int]] = {}  # chunk -> [rows, late rows]
+    dead_letters: list = []
+    rows, max_us, opened = 0, None, False
+    try:
+        with conn.cursor() as cur:
+            for batch in batches:
+                received.append(batch)
+                good, dead = split_arrow(pa.Table.from_batches([batch]), spec)
+                dead_letters += dead
+                if not good.num_rows:
+                    continue
+                us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
+                max_us = max(int(us.max()), max_us if max_us is not None else int(us.max()))
+                chunk_of = np.floor_divide(us, job.span_us)
+                ids, n = np.unique(chunk_of, return_counts=True)
+                ids = ids.tolist()
+                new = [c for c in ids if c not in tiers]
+                if new:
+                    tiers.update(_tiers(cur, spec.name, new))
+                    if len(tiers) > MAX_CHUNKS_PER_BATCH or any(c not in tiers for c in new):
+                        return _give_up(conn, batches, received)
+                if not opened:
+                    cur.execute("INSERT INTO moirae_batch_parts (stream, batch_id, part, rows, dead_letters, chunks) "
+                                "VALUES (%s, %s, %s, 0, 0, '{}') ON CONFLICT DO NOTHING RETURNING part",
+                                (spec.name, job.batch_id, part))
+                    if cur.fetchone() is None:  # written before (a replay, a retried task)
+                        conn.rollback()
+                        received.extend(batches)
+                        return 0, 0, True, []
+                    opened = True
+                good = good.append_column("_batch", pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64)))
+                for cid, sub in by_chunk(good, chunk_of, ids):
+                    copy_binary(cur, partition_name(spec.name, cid), columns, arrow_to_copy_binary(sub, types))
+                for cid, k in zip(ids, n.tolist(), strict=True):
+                    c = counts.setdefault(cid, [0, 0])
+                    c[0] += k
+                    c[1] += k if tiers[cid] != "present" else 0  # late: its chunk left the present tier (M 4.1)
+                rows += good.num_rows
+            if not opened:  # no row to write (empty, or all dead letters): the whole way records it
+                return _give_up(conn, batches, received)
+            cur.execute("UPDATE moirae_batch_parts SET rows = %s, dead_letters = %s, chunks = %s, max_us = %s "
+                        "WHERE stream = %s AND batch_id = %s AND part = %s",
+                        (rows, len(dead_letters), json.dumps({str(c): v for c, v in sorted(counts.items())}),
+                         max_us, spec.name, job.batch_id, part))
+            if dead_letters:
+                from psycopg2.extras import execute_values
+
+                execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
+                               [(spec.name, job.batch_id, json.dumps(d.row), d.reason) for d in dead_letters])
+        conn.commit()
+    except BaseException as exc:
+        _drop_connection(job.dsn, job.schema)
+        if isinstance(exc, Exception) and is_connection_lost(exc):  # the whole way retries it
+            received.extend(batches)
+            return None
+        raise
+    return rows, len(dead_letters), False, []
+
+
+def _give_up(conn, batches: Iterator[pa.RecordBatch], received: list[pa.RecordBatch]) -> None:
+    conn.rollback()
+    received.extend(batches)
+    return None

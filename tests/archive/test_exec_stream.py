@@ -1,0 +1,152 @@
+"""A partition COPYed as its Arrow batches arrive (archive/exec_stream.py), without Spark:
+the writer is called in this process, as a Python worker calls it.
+
+Against the whole-partition writer on the same rows: the same archive and the same
+partition record (counts per chunk, late rows, newest time, dead letters), however the
+rows are cut into batches. A replayed partition writes nothing. A batch that reaches a
+chunk not in the catalog, or a connection that breaks midway, leaves nothing written
+and every batch in hand for the whole-partition writer, which then archives each row
+once."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from arch_helpers import T0, catalog_rows, fresh_archiver, partition_counts, rows, table_rows
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archive import exec_sink
+from archive.exec_sink import PartitionJob, write_arriving, write_partition, write_with_retry
+from archive.exec_stream import streamable, write_streamed
+from archive.ids import source_ids
+
+pytestmark = pytest.mark.postgres
+HOUR_US = 3_600_000_000
+
+
+def _partition(arch, frame: pd.DataFrame) -> pa.Table:
+    """``frame`` as Spark hands a partition over: ``_sid``, event time (us, UTC), payload."""
+    spec = arch.stream("metrics")
+    frame = frame.copy()
+    frame.insert(0, "_sid", source_ids("metrics", frame, spec.id_columns))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("us", "UTC")))
+
+
+def _job(arch, batch_id: int = 1, **kw) -> PartitionJob:
+    arch.fix_interval("metrics", 0, timedelta(0))
+    return PartitionJob(arch.db.dsn, arch.db.schema, arch.stream("metrics"), batch_id, HOUR_US, **kw)
+
+
+def _cut(table: pa.Table, cuts: list[int]) -> list[pa.RecordBatch]:
+    """``table`` as record batches ending at each of ``cuts`` (and at its end)."""
+    edges = sorted({min(c, table.num_rows) for c in cuts} | {0, table.num_rows})
+    return [b for lo, hi in zip(edges, edges[1:], strict=False) for b in table.slice(lo, hi - lo).to_batches()]
+
+
+def _record(arch, batch_id: int = 1) -> list[tuple]:
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT part, rows, dead_letters, chunks, max_us FROM moirae_batch_parts "
+                    "WHERE stream = 'metrics' AND batch_id = %s ORDER BY part", (batch_id,))
+        return cur.fetchall()
+
+
+def _dead(arch) -> list[tuple]:
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT batch_id, row_data, reason FROM moirae_dead_letters ORDER BY id")
+        return cur.fetchall()
+
+
+def _frame(n: int, late_hours: int, bad: int) -> pd.DataFrame:
+    """``n`` rows over a few hours, the first ``bad`` with a NUL in their text (dead letters)."""
+    frame = rows(n, step=timedelta(minutes=17))
+    if late_hours:  # some rows an hour back, into a chunk made old below
+        frame.loc[frame.index[::5], "ts"] = frame["ts"][::5] - timedelta(hours=late_hours)
+    frame.loc[frame.index[:bad], "host"] = "bad\x00host"
+    return frame
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 60), cuts=st.lists(st.integers(0, 60), max_size=6), late=st.sampled_from([0, 1]),
+       bad=st.integers(0, 2))
+def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts, late, bad):
+    frame = _frame(n, late, min(bad, n))
+    got = {}
+    for way in ("whole", "streamed"):
+        with fresh_archiver(pg_dsn) as arch:
+            arch.ensure_chunks("metrics", list(range(473_350, 473_372)))  # every chunk the rows reach
+            with arch.db.connection() as conn, conn.cursor() as cur:  # the oldest chunk has left the present tier
+                cur.execute("UPDATE moirae_chunks SET tier = 'old' WHERE chunk_id = 473351")
+            job = _job(arch)
+            table = _partition(arch, frame)
+            if way == "whole":
+                res = write_partition(job, 3, table)
+            else:
+                assert streamable(job)
+                res, received = write_arriving(job, 3, iter(_cut(table, cuts)))  # as a Python worker does
+                assert pa.Table.from_batches(received, schema=table.schema).equals(table)
+            got[way] = (res, table_rows(arch).to_dict("list"), _record(arch), [d[1:] for d in _dead(arch)])
+            exec_sink._drop_connection(job.dsn, job.schema)
+    assert got["streamed"] == got["whole"]
+
+
+def test_a_replayed_partition_writes_nothing_and_hands_every_batch_back(archiver):
+    job = _job(archiver)
+    table = _partition(archiver, rows(12))
+    archiver.ensure_chunks("metrics", [473_352, 473_353])
+    assert write_streamed(job, 0, iter(_cut(table, [4, 8])), []) == (12, 0, False, [])
+    received = []
+    assert write_streamed(job, 0, iter(_cut(table, [4, 8])), received) == (0, 0, True, [])
+    assert sum(b.num_rows for b in received) == 12 and len(table_rows(archiver)) == 12
+    exec_sink._drop_connection(job.dsn, job.schema)
+
+
+def test_a_chunk_missing_midway_rolls_back_and_the_whole_writer_archives_each_row_once(archiver):
+    """The first batch's chunk exists and is written; the second reaches one that does
+    not: the transaction rolls back, and the whole-partition writer creates the chunk
+    and archives every row, once."""
+    job = _job(archiver)
+    table = _partition(archiver, rows(12, step=timedelta(minutes=10)))  # 2 hours: chunks 473352, 473353
+    archiver.ensure_chunks("metrics", [473_352])
+    received = []
+    assert write_streamed(job, 0, iter(_cut(table, [6])), received) is None
+    assert pa.Table.from_batches(received).equals(table)
+    assert len(table_rows(archiver)) == 0 and _record(archiver) == []
+    assert write_with_retry(job, 0, pa.Table.from_batches(received)) == (12, 0, False, [])
+    archiver.commit_parts("metrics", 1)
+    assert table_rows(archiver)["n"].tolist() == list(range(12))
+    assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 6, 473_353: 6}
+    exec_sink._drop_connection(job.dsn, job.schema)
+
+
+def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row_once(archiver):
+    job = _job(archiver)
+    table = _partition(archiver, rows(12, start=T0, step=timedelta(minutes=4)))
+    archiver.ensure_chunks("metrics", [473_352])
+
+    def batches():
+        pieces = _cut(table, [5])
+        yield pieces[0]
+        backend = exec_sink._connection(job.dsn, job.schema).get_backend_pid()  # the writer's, mid-COPY
+        with archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        yield from pieces[1:]
+
+    received = []
+    assert write_streamed(job, 0, batches(), received) is None
+    assert pa.Table.from_batches(received).equals(table) and len(table_rows(archiver)) == 0
+    assert write_with_retry(job, 0, pa.Table.from_batches(received)) == (12, 0, False, [])
+    archiver.commit_parts("metrics", 1)
+    assert table_rows(archiver)["n"].tolist() == list(range(12))
+    exec_sink._drop_connection(job.dsn, job.schema)
+
+
+def test_staged_clustered_and_skipped_jobs_keep_the_whole_partition_way(archiver):
+    assert streamable(_job(archiver))
+    assert not streamable(_job(archiver, cluster=("host",)))  # sorted over the whole partition
+    assert not streamable(_job(archiver, skip=True))
+    assert not streamable(PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream("metrics"), 1, 0))
