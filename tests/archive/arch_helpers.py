@@ -8,8 +8,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
+import pyarrow as pa
 
 from archive import Archiver, ArchiveSettings, Database, StreamSpec
+from archive.ids import source_ids
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 SPAN = timedelta(hours=1)
@@ -80,3 +82,13 @@ def indexes_of(arch: Archiver, stream: str = "metrics") -> dict[str, set[str]]:
         for table, index in cur.fetchall():
             out.setdefault(table, set()).add(index)
     return out
+
+
+def partition_table(arch: Archiver, frame: pd.DataFrame, stream: str = "metrics") -> pa.Table:
+    """``frame`` as Spark hands a partition to an executor's writer: ``_sid``, event time
+    (us, UTC), payload."""
+    spec = arch.stream(stream)
+    frame = frame.copy()
+    frame.insert(0, "_sid", source_ids(stream, frame, spec.id_columns))
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    return table.set_column(1, spec.ts_col, table.column(spec.ts_col).cast(pa.timestamp("us", "UTC")))

@@ -15,17 +15,14 @@ import threading
 import time
 from datetime import timedelta
 
-import pandas as pd
 import psycopg2
-import pyarrow as pa
 import pytest
-from arch_helpers import T0, catalog_rows, partition_counts, rows, table_rows
+from arch_helpers import T0, catalog_rows, partition_counts, partition_table, rows, table_rows
 
 from archive import chunks as chunks_mod
 from archive import exec_sink
 from archive.abc import Tier
 from archive.exec_sink import PartitionJob, write_partition
-from archive.ids import source_ids
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
@@ -40,15 +37,6 @@ def job(archiver):
     exec_sink._drop_connection(archiver.db.dsn, archiver.db.schema)
 
 
-def _partition(archiver, frame: pd.DataFrame) -> pa.Table:
-    """``frame`` as Spark hands a partition over: ``_sid``, event time (us, UTC), payload."""
-    spec = archiver.stream("metrics")
-    frame = frame.copy()
-    frame.insert(0, "_sid", source_ids("metrics", frame, spec.id_columns))
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("us", "UTC")))
-
-
 def _creating_transactions(archiver) -> list[int]:
     """How many of the stream's partitions each transaction created (pg_class xmin)."""
     with archiver.db.connection() as conn, conn.cursor() as cur:
@@ -60,7 +48,7 @@ def _creating_transactions(archiver) -> list[int]:
 def test_an_executor_creates_its_chunks_in_bounded_transactions_then_writes(archiver, job, monkeypatch):
     monkeypatch.setattr(chunks_mod, "CHUNKS_PER_TRANSACTION", 4)
     frame = rows(30, step=timedelta(minutes=20))  # 10 hourly chunks, none created yet
-    assert write_partition(job, 0, _partition(archiver, frame)) == (30, 0, False, [])
+    assert write_partition(job, 0, partition_table(archiver, frame)) == (30, 0, False, [])
     assert _creating_transactions(archiver) == [2, 4, 4]
     assert sorted(catalog_rows(archiver)) == list(range(473_352, 473_362))  # T0 is hour 473,352
     archiver.commit_parts("metrics", 1)
@@ -80,7 +68,7 @@ def test_creation_runs_with_no_transaction_open_on_the_worker_connection(archive
         return real(cur, *args)
 
     monkeypatch.setattr(chunks_mod, "create_chunks", watched)
-    write_partition(job, 0, _partition(archiver, rows(5, step=timedelta(hours=1))))
+    write_partition(job, 0, partition_table(archiver, rows(5, step=timedelta(hours=1))))
     assert states and set(states) == {psycopg2.extensions.TRANSACTION_STATUS_IDLE}
 
 
@@ -88,14 +76,14 @@ def test_a_new_chunks_tier_follows_the_horizon_snapshot_and_bulk(archiver, job):
     horizon = T0 + timedelta(hours=2)
     at_horizon = PartitionJob(job.dsn, job.schema, job.spec, 1, HOUR_US, horizon=horizon)
     frame = rows(4, step=timedelta(hours=1))  # chunks ending at T0 + 1 h .. T0 + 4 h
-    res = write_partition(at_horizon, 0, _partition(archiver, frame))
+    res = write_partition(at_horizon, 0, partition_table(archiver, frame))
     assert res == (4, 0, False, [])
     got = {c.start: c.tier for c in archiver.chunks("metrics")}
     assert got == {T0: Tier.OLD, T0 + timedelta(hours=1): Tier.OLD,  # ends at the horizon: old
                    T0 + timedelta(hours=2): Tier.PRESENT, T0 + timedelta(hours=3): Tier.PRESENT}
     assert archiver.commit_parts("metrics", 1).late_rows == 2  # rows into old chunks are late
     bulk = PartitionJob(job.dsn, job.schema, job.spec, 2, HOUR_US, horizon=horizon, bulk=True)
-    write_partition(bulk, 0, _partition(archiver, rows(1, start=T0 + timedelta(hours=9), first=10)))
+    write_partition(bulk, 0, partition_table(archiver, rows(1, start=T0 + timedelta(hours=9), first=10)))
     assert {c.start: c.tier for c in archiver.chunks("metrics")}[T0 + timedelta(hours=9)] is Tier.OLD
 
 
@@ -104,7 +92,7 @@ def test_a_chunk_created_present_from_a_stale_horizon_is_demoted_by_the_next_pas
     creates the chunk present although it is behind the horizon; the next demotion
     pass, even with no newer horizon, finds it."""
     archiver.demote(T0 + timedelta(hours=5))
-    write_partition(job, 0, _partition(archiver, rows(3, start=T0 + timedelta(hours=1))))
+    write_partition(job, 0, partition_table(archiver, rows(3, start=T0 + timedelta(hours=1))))
     archiver.commit_parts("metrics", 1)
     assert [c.tier for c in archiver.chunks("metrics")] == [Tier.PRESENT]
     moves = archiver.demote(T0 + timedelta(hours=5))
@@ -183,7 +171,7 @@ def test_creation_waits_for_an_open_writer_of_the_table_without_deadlock(archive
             cur.execute("INSERT INTO metrics (_sid, _batch, ts, host, v, n) VALUES (1, 1, %s, 'w', 0, 100)", (T0,))
         executor = exec_sink._connection(job.dsn, job.schema).get_backend_pid()  # the one write_partition uses
         t = threading.Thread(target=lambda: result.update(
-            res=write_partition(job, 0, _partition(archiver, rows(3, step=timedelta(hours=1))))))
+            res=write_partition(job, 0, partition_table(archiver, rows(3, step=timedelta(hours=1))))))
         t.start()
         _wait_until(lambda: _blocked_on_lock(archiver, executor), "the executor waits for the open writer")
         with writer.cursor() as cur:  # the writer still progresses: it waits for nothing the executor holds
@@ -209,7 +197,7 @@ def test_a_chunk_dropped_after_its_creation_is_reported_missing(archiver, job, m
             cur.execute("UPDATE moirae_chunks SET dropped = true WHERE chunk_id = 473352")
 
     monkeypatch.setattr(exec_sink, "create_missing", then_dropped)
-    part = _partition(archiver, rows(3, step=timedelta(hours=1)))
+    part = partition_table(archiver, rows(3, step=timedelta(hours=1)))
     assert write_partition(job, 0, part) == (0, 0, False, [473_352])
     assert len(table_rows(archiver)) == 0
     monkeypatch.undo()

@@ -15,26 +15,16 @@ from datetime import timedelta
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, catalog_rows, fresh_archiver, partition_counts, rows, table_rows
+from arch_helpers import T0, catalog_rows, fresh_archiver, partition_counts, partition_table, rows, table_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive import exec_sink
 from archive.exec_sink import PartitionJob, write_arriving, write_partition, write_with_retry
 from archive.exec_stream import streamable, write_streamed
-from archive.ids import source_ids
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
-
-
-def _partition(arch, frame: pd.DataFrame) -> pa.Table:
-    """``frame`` as Spark hands a partition over: ``_sid``, event time (us, UTC), payload."""
-    spec = arch.stream("metrics")
-    frame = frame.copy()
-    frame.insert(0, "_sid", source_ids("metrics", frame, spec.id_columns))
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("us", "UTC")))
 
 
 def _job(arch, batch_id: int = 1, **kw) -> PartitionJob:
@@ -82,7 +72,7 @@ def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts,
             with arch.db.connection() as conn, conn.cursor() as cur:  # the oldest chunk has left the present tier
                 cur.execute("UPDATE moirae_chunks SET tier = 'old' WHERE chunk_id = 473351")
             job = _job(arch)
-            table = _partition(arch, frame)
+            table = partition_table(arch, frame)
             if way == "whole":
                 res = write_partition(job, 3, table)
             else:
@@ -96,7 +86,7 @@ def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts,
 
 def test_a_replayed_partition_writes_nothing_and_hands_every_batch_back(archiver):
     job = _job(archiver)
-    table = _partition(archiver, rows(12))
+    table = partition_table(archiver, rows(12))
     archiver.ensure_chunks("metrics", [473_352, 473_353])
     assert write_streamed(job, 0, iter(_cut(table, [4, 8])), []) == (12, 0, False, [])
     received = []
@@ -110,7 +100,7 @@ def test_a_chunk_missing_midway_rolls_back_and_the_whole_writer_archives_each_ro
     not: the transaction rolls back, and the whole-partition writer creates the chunk
     and archives every row, once."""
     job = _job(archiver)
-    table = _partition(archiver, rows(12, step=timedelta(minutes=10)))  # 2 hours: chunks 473352, 473353
+    table = partition_table(archiver, rows(12, step=timedelta(minutes=10)))  # 2 hours: chunks 473352, 473353
     archiver.ensure_chunks("metrics", [473_352])
     received = []
     assert write_streamed(job, 0, iter(_cut(table, [6])), received) is None
@@ -125,7 +115,7 @@ def test_a_chunk_missing_midway_rolls_back_and_the_whole_writer_archives_each_ro
 
 def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row_once(archiver):
     job = _job(archiver)
-    table = _partition(archiver, rows(12, start=T0, step=timedelta(minutes=4)))
+    table = partition_table(archiver, rows(12, start=T0, step=timedelta(minutes=4)))
     archiver.ensure_chunks("metrics", [473_352])
 
     def batches():
