@@ -54,12 +54,12 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
     spec = job.spec
     types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
     columns = [c for c, _ in types]
-    conn = _connection(job.dsn, job.schema)
     tiers: dict[int, str] = {}
     counts: dict[int, list[int]] = {}  # chunk -> [rows, late rows]
     dead_letters: list = []
     rows, max_us, opened = 0, None, False
     try:
+        conn = _connection(job.dsn, job.schema)  # unreachable: the whole way retries, as below
         with conn.cursor() as cur:
             for batch in batches:
                 received.append(batch)

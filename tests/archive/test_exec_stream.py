@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from archive import exec_sink
 from archive.exec_sink import PartitionJob, write_arriving, write_partition, write_with_retry
 from archive.exec_stream import streamable, write_streamed
+from archive.pg import DatabaseUnavailable
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
@@ -140,3 +141,13 @@ def test_staged_clustered_and_skipped_jobs_keep_the_whole_partition_way(archiver
     assert not streamable(_job(archiver, cluster=("host",)))  # sorted over the whole partition
     assert not streamable(_job(archiver, skip=True))
     assert not streamable(PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream("metrics"), 1, 0))
+
+
+def test_a_server_unreachable_at_the_start_is_retried_the_whole_way(archiver):
+    """No connection at all: the streamed writer gives up, and the whole-partition
+    writer retries for its budget and then names the partition (a raw connection error
+    from the streamed writer would have failed the task at once)."""
+    dead = "host=127.0.0.1 port=1 dbname=postgres user=postgres connect_timeout=1"
+    job = PartitionJob(dead, archiver.db.schema, archiver.stream("metrics"), 5, HOUR_US, retry_seconds=0.5)
+    with pytest.raises(DatabaseUnavailable, match="batch 5 part 2 of stream 'metrics'"):
+        write_arriving(job, 2, iter(_cut(partition_table(archiver, rows(3)), [1])))
