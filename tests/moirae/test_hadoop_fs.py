@@ -29,17 +29,20 @@ def test_the_sessions_local_file_system_sets_permissions_without_a_process(spark
     assert fs.getClass().getName() == CLASS
     assert fs.getRawFileSystem().getClass().getName() == CLASS + "$Raw"
     n = 200
-    before = _processes_started()
-    for i in range(n):  # as a checkpoint writes: a file and its checksum file, each given its mode
-        fs.create(jvm.org.apache.hadoop.fs.Path(str(tmp_path / f"f{i}")), True).close()
-    started = _processes_started() - before
-    assert started < n // 2, f"{started} processes started for {n} files (the default starts one a file or more)"
-    assert stat.S_IMODE(os.stat(tmp_path / "f0").st_mode) == 0o644  # Hadoop's default 666 less its umask 022
-    assert (tmp_path / ".f0.crc").exists()  # still the checksummed file system
-    path = jvm.org.apache.hadoop.fs.Path(str(tmp_path / "f1"))
+    runs = []
+    for attempt in range(3):  # the counter is the machine's: other work adds to it, never takes away
+        folder = tmp_path / f"run{attempt}"
+        before = _processes_started()
+        for i in range(n):  # as a checkpoint writes: a file and its checksum file, each given its mode
+            fs.create(jvm.org.apache.hadoop.fs.Path(str(folder / f"f{i}")), True).close()
+        runs.append(_processes_started() - before)
+    assert min(runs) < n // 2, f"{runs} processes started for {n} files (the default starts one a file or more)"
+    assert stat.S_IMODE(os.stat(folder / "f0").st_mode) == 0o644  # Hadoop's default 666 less its umask 022
+    assert (folder / ".f0.crc").exists()  # still the checksummed file system
+    path = jvm.org.apache.hadoop.fs.Path(str(folder / "f1"))
     for mode in ("640", "600", "755", "000"):
         fs.setPermission(path, jvm.org.apache.hadoop.fs.permission.FsPermission(mode))
-        assert stat.S_IMODE(os.stat(tmp_path / "f1").st_mode) == int(mode, 8)
+        assert stat.S_IMODE(os.stat(folder / "f1").st_mode) == int(mode, 8)
 
 
 def test_without_javac_the_default_stays_and_says_why(tmp_path, monkeypatch, caplog):
