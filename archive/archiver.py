@@ -35,7 +35,7 @@ from archive.present import PresentCache
 from archive.settings import ArchiveSettings
 from archive.streams import RetentionPolicy, StreamSpec
 from archive.types import ColumnType
-from archive.validate import split_batch, storable
+from archive.validate import insert_dead_letters, split_batch, storable
 from scheduler.errors import MoiraeError
 
 
@@ -240,7 +240,7 @@ class Archiver(ChunkStore):
                     if tiers_now[cid] is not Tier.PRESENT and not bulk:
                         late_per_chunk[cid] = n
                 cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
-                types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+                types = spec.stored_columns
                 copy_csv(cur, stream, cols, frame_to_csv(good, types))
                 totals = execute_values(  # the rows superseded leave the count
                     cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "
@@ -252,8 +252,7 @@ class Archiver(ChunkStore):
                 # A present chunk whose rows are all in this batch can be mirrored whole.
                 whole = {cid for cid, total in totals if total == rows_per_chunk.get(cid)}
             if dead:
-                execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
-                               [(stream, batch_id, json.dumps(d.row), d.reason) for d in dead])
+                insert_dead_letters(cur, stream, batch_id, dead)
         self._mirror(spec, good, chunk_ids, tiers_now, bulk, whole)
         for cid in superseded:  # the mirror may hold the replica rows just deleted: reload from SQL
             self.present.invalidate(stream, cid)

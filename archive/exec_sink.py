@@ -47,6 +47,7 @@ from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.names import partition_name, stage_name
 from archive.streams import StreamSpec
 from archive.types import ColumnType
+from archive.validate import insert_dead_letters
 
 log = logging.getLogger(__name__)
 
@@ -308,17 +309,14 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
             if good.num_rows:
                 batch = pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64))
                 good = good.append_column("_batch", batch)
-                types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+                types = spec.stored_columns
                 if staged:
                     copy_binary(cur, stage_name(spec.name), [c for c, _ in types], arrow_to_copy_binary(good, types))
                 for cid, rows in ([] if staged else by_chunk(good, chunk_of, ids)):
                     copy_binary(cur, partition_name(spec.name, cid), [c for c, _ in types],
                                 arrow_to_copy_binary(rows, types))
             if dead:
-                from psycopg2.extras import execute_values
-
-                execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
-                               [(spec.name, job.batch_id, json.dumps(d.row), d.reason) for d in dead])
+                insert_dead_letters(cur, spec.name, job.batch_id, dead)
         conn.commit()
     except BaseException:
         _drop_connection(job.dsn, job.schema)

@@ -34,7 +34,7 @@ import pyarrow as pa
 from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.exec_sink import PartitionJob, _connection, _drop_connection, _tiers, by_chunk, split_arrow
 from archive.names import partition_name
-from archive.types import ColumnType
+from archive.validate import insert_dead_letters
 
 
 def streamable(job: PartitionJob) -> bool:
@@ -52,7 +52,7 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
     from archive.pg import is_connection_lost
 
     spec = job.spec
-    types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+    types = spec.stored_columns
     columns = [c for c, _ in types]
     tiers: dict[int, str] = {}
     counts: dict[int, list[int]] = {}  # chunk -> [rows, late rows]
@@ -101,10 +101,7 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
                         (rows, len(dead_letters), json.dumps({str(c): v for c, v in sorted(counts.items())}),
                          max_us, spec.name, job.batch_id, part))
             if dead_letters:
-                from psycopg2.extras import execute_values
-
-                execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
-                               [(spec.name, job.batch_id, json.dumps(d.row), d.reason) for d in dead_letters])
+                insert_dead_letters(cur, spec.name, job.batch_id, dead_letters)
         conn.commit()
     except BaseException as exc:
         _drop_connection(job.dsn, job.schema)

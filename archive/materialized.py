@@ -21,7 +21,6 @@ from archive import simindex
 from archive.copy import copy_csv, frame_to_csv
 from archive.ids import source_ids
 from archive.names import partition_name, quote
-from archive.types import ColumnType
 from archive.validate import split_batch
 from scheduler.errors import MoiraeError
 
@@ -71,7 +70,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
             if not exists:
                 arch._ensure_chunks(cur, spec, [chunk_id], True)
             cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
-            types = [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *spec.id_columns]
+            types = spec.stored_columns
             copy_csv(cur, stream, cols, frame_to_csv(good, types))
         if exists or len(good):
             cur.execute("UPDATE moirae_chunks SET rows = rows - %s + %s WHERE stream = %s AND chunk_id = %s",

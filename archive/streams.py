@@ -70,3 +70,8 @@ class StreamSpec:
     def id_columns(self) -> list[tuple[str, ColumnType]]:
         """Columns hashed into the source id: event time, then payload in order."""
         return [(self.ts_col, ColumnType.TIMESTAMPTZ), *self.columns.items()]
+
+    @property
+    def stored_columns(self) -> list[tuple[str, ColumnType]]:
+        """Columns of an archived row as written: source id, batch id, then :attr:`id_columns`."""
+        return [("_sid", ColumnType.BIGINT), ("_batch", ColumnType.BIGINT), *self.id_columns]

@@ -72,6 +72,15 @@ class DeadLetter:
     reason: str
 
 
+def insert_dead_letters(cur, stream: str, batch_id: int | None, dead: list[DeadLetter]) -> None:
+    """Record ``dead`` rows of ``stream``'s batch ``batch_id`` with their reasons, in the
+    caller's transaction (the one writing the batch's good rows)."""
+    from psycopg2.extras import execute_values
+
+    execute_values(cur, "INSERT INTO moirae_dead_letters (stream, batch_id, row_data, reason) VALUES %s",
+                   [(stream, batch_id, json.dumps(d.row), d.reason) for d in dead])
+
+
 def storable(value: str) -> str:
     """``value`` with what PostgreSQL cannot hold spelled as escapes (a NUL as the six
     characters ``\\u0000``, an unpaired surrogate as ``\\udXXX``), so a dead letter keeps
