@@ -208,6 +208,9 @@ class Archiver(ChunkStore):
         if "_sid" not in good.columns:
             good["_sid"] = source_ids(stream, good, spec.id_columns)
         good["_batch"] = np.int64(batch_id)
+        keys = self.cluster_keys(stream)
+        if keys and len(good) > 1:  # each chunk's rows sorted by them, as the executors write (archive.contributors)
+            good = good.sort_values(list(keys), kind="stable", ignore_index=True)
         us = good[spec.ts_col].astype("int64").to_numpy() if len(good) else np.empty(0, dtype=np.int64)
         grid = (self.fix_interval(stream, len(us), timedelta(microseconds=int(us.max() - us.min())))
                 if len(us) else self.grid_of(stream))

@@ -21,6 +21,7 @@ import psycopg2.errors
 import sqlglot
 from sqlglot import exp
 
+from archive import history_plan
 from archive.abc import (
     ArchiveError,
     HistoryQuery,
@@ -154,8 +155,8 @@ def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
     if missing:
         raise MissingParameter(f"history-query needs a value for :{missing[0]} (given: {sorted(params)})")
     ts_cols = tuple((s, archiver.stream(s).ts_col) for s in query.streams)
-    text = render(query.template, ts_cols)
     lo, hi = archiver.grid_for(query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
+    text = history_plan.plan_settings(archiver, query.streams, query.template) + render(query.template, ts_cols)
     bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
     names, _types, rows = read_only(archiver, text, bound, f"history-query over chunk {chunk_id}",
                                     query.template, conn, timeout_ms)
@@ -195,10 +196,13 @@ def read_only(archiver, text: str, bound: Mapping[str, Any], what: str, template
     timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
     conn.autocommit = True
     with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms: {template!r}"):
-        # one round trip for BEGIN, the timeout and the query (PostgreSQL >= 13 applies
-        # statement_timeout per statement of a multi-statement message)
+        # one round trip for BEGIN, the settings and the query (PostgreSQL >= 13 applies
+        # statement_timeout per statement of a multi-statement message); parallel
+        # workers: archive.history_plan
         cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
-                    + text, {**bound, "__moirae_timeout": timeout})
+                    "SET LOCAL max_parallel_workers_per_gather = %(__moirae_workers)s; " + text,
+                    {**bound, "__moirae_timeout": timeout,
+                     "__moirae_workers": archiver.settings.history_parallel_workers})
         names = [d.name for d in cur.description]
         types = [d.type_code for d in cur.description]
         rows = cur.fetchall()

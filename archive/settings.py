@@ -16,6 +16,8 @@ class ArchiveSettings:
     """``chunk_span``: width of one chunk on the global grid. ``recent_chunks``: R, how
     many chunks behind the present tier stay indexed and materialized.
     ``statement_timeout_ms``: the ceiling for any one history-query.
+    ``history_parallel_workers``: PostgreSQL parallel workers one history-query may start
+    (:mod:`archive.history_plan`).
 
     Chunk intervals are per stream (issue 12; see :mod:`archive.chunks`): a stream named
     in ``chunk_intervals`` gets that interval; otherwise, with ``chunk_target_rows`` set,
@@ -30,6 +32,7 @@ class ArchiveSettings:
     present_cache_rows: int = 2_000_000
     chunk_target_rows: int | None = None
     chunk_intervals: Mapping[str, timedelta] = field(default_factory=dict)
+    history_parallel_workers: int = 0
 
     def __post_init__(self) -> None:
         if self.chunk_span <= timedelta(0):
@@ -38,6 +41,8 @@ class ArchiveSettings:
             raise ValueError(f"recent_chunks must be >= 0, got {self.recent_chunks}")
         if self.statement_timeout_ms <= 0:
             raise ValueError(f"statement_timeout_ms must be > 0, got {self.statement_timeout_ms}")
+        if self.history_parallel_workers < 0:
+            raise ValueError(f"history_parallel_workers must be >= 0, got {self.history_parallel_workers}")
         if self.chunk_target_rows is not None and self.chunk_target_rows <= 0:
             raise ValueError(f"chunk_target_rows must be > 0 (or None: no rate-based choice), "
                              f"got {self.chunk_target_rows}")

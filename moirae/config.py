@@ -108,11 +108,13 @@ class ArchiveConfig:
     maintenance_interval: timedelta = field(default=timedelta(seconds=10), metadata=_check(_positive))
     chunk_target_rows: int = field(default=DEFAULT_CHUNK_TARGET_ROWS, metadata=_check(_non_negative))
     shared_read: bool = True  # a source is archived by the read of the first event-query on it (archive.shared)
+    history_parallel_workers: int = field(default=0, metadata=_check(_non_negative))
 
     def settings(self) -> ArchiveSettings:
         return ArchiveSettings(self.chunk_span, self.recent_chunks,
                                int(self.statement_timeout.total_seconds() * 1000), self.present_cache_rows,
-                               self.chunk_target_rows or None)
+                               self.chunk_target_rows or None,
+                               history_parallel_workers=self.history_parallel_workers)
 
 
 @dataclass(frozen=True)

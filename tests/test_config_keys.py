@@ -74,6 +74,9 @@ EFFECTS: dict[str, Effect] = {
     "archive.statement_timeout": Effect(
         "tests/recall/manager/test_manager_safety.py::test_statement_timeout_fails_the_task_with_the_timeout_named",
         "2s", lambda e: (e.archiver.settings.statement_timeout_ms, e.deploy.manager.timeout_ms)),
+    "archive.history_parallel_workers": Effect(
+        "tests/archive/test_history.py::test_a_history_query_starts_no_parallel_workers_unless_configured", 2,
+        lambda e: e.archiver.settings.history_parallel_workers),
     "archive.present_cache_rows": Effect("tests/archive/test_present_bound.py::test_a_growing_chunk_copy_is_dropped_"
                                          "at_the_bound", 10, lambda e: e.archiver.present.max_rows),
     "archive.shared_read": Effect("tests/moirae/test_shared_read.py::test_a_source_archived_by_a_query_read_cannot_"

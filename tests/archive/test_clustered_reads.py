@@ -243,3 +243,69 @@ def test_the_index_is_built_on_present_chunks_only_and_comes_with_each_new_chunk
     got = window_rows(archiver, "metrics", ["host"], [(("h1",), lo, hi)])[0]
     want = all_rows[(all_rows.host == "h1") & (all_rows.ts >= lo) & (all_rows.ts < hi)]
     assert sorted(r[0] for r in got) == sorted(want._sid) and len(got) > 0
+
+
+def test_a_history_query_pinning_a_cluster_key_is_read_through_the_index(archiver, writer, monkeypatch):
+    """A present chunk has no statistics, and PostgreSQL costs a BRIN scan by a column's
+    global order, which a chunk of sorted runs lacks: left alone it scans the whole chunk
+    for one key (archive.history_plan). The history-query of one key is planned through
+    the index, present or recent, and returns the same rows; a template that does not
+    pin the key, or a stream not clustered, is left to the planner."""
+    from archive import history, history_plan, tiers
+
+    monkeypatch.setattr(contributors, "PAGES_PER_RANGE", 4)
+    n = 40_000
+    i = np.arange(n)
+    frame = pd.DataFrame({"ts": [T0 + timedelta(milliseconds=int(x)) for x in i * 80], "host": [f"h{x % 100:03d}" for x in i],
+                          "v": i / 4, "n": i})
+    one = archiver.prepare("SELECT count(*) AS c, sum(h.n) AS s FROM metrics h WHERE h.host = :host AND h.v >= 0")
+    assert history_plan.plan_settings(archiver, one.streams, one.template) == ""  # not clustered yet
+    ensure_time_index(archiver, "metrics", ["host"])
+    for part in range(4):
+        writer(frame.iloc[part * n // 4:(part + 1) * n // 4], 1, part)
+    whole = archiver.prepare("SELECT count(*) AS c FROM metrics h WHERE h.host = :host OR h.v < 0")
+    chunk = archiver.grid_for(("metrics",)).chunk_of(T0)
+    lo, hi = archiver.grid_for(("metrics",)).bounds(chunk)
+
+    def plan(query, prefix: str) -> str:
+        with archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("BEGIN")
+            if prefix:
+                cur.execute(prefix)
+            cur.execute("EXPLAIN (FORMAT JSON) " + history.render(query.template, (("metrics", "ts"),)),
+                        {"host": "h042", "__lo": lo, "__hi": hi})
+            out = json.dumps(cur.fetchone()[0])
+            cur.execute("ROLLBACK")
+            return out
+
+    prefix = history_plan.plan_settings(archiver, one.streams, one.template)
+    assert "enable_seqscan = off" in prefix
+    assert "Seq Scan" in plan(one, "") and "Index Scan" not in plan(one, "")  # what the planner picks alone
+    assert "Bitmap Index Scan" in plan(one, prefix) and "_ts_host_" in plan(one, prefix)  # the chunk's BRIN
+    assert history_plan.plan_settings(archiver, whole.streams, whole.template) == ""  # not pinned: an OR
+    got = archiver.run_history_query(one, {"host": "h042"}, chunk).to_dict("records")
+    assert got == [{"c": 400, "s": int(i[i % 100 == 42].sum())}]
+
+    tiers.demote(archiver, T0 + timedelta(hours=1))  # recent: the stream's B-tree on host too
+    assert "Index Scan" in plan(one, prefix)
+    assert archiver.run_history_query(one, {"host": "h042"}, chunk).to_dict("records") == got
+    archiver.register_stream(metrics_spec("plain"))
+    other = archiver.prepare("SELECT count(*) AS c FROM plain WHERE host = :host")
+    assert history_plan.plan_settings(archiver, other.streams, other.template) == ""
+
+
+def test_an_append_writes_each_chunk_sorted_by_the_cluster_keys(archiver):
+    """The driver's append (bulk history, derived streams) keeps the executors' order:
+    a pinned history-query reads its chunks through the BRIN index (archive.history_plan)."""
+    frame = rows(60, step=timedelta(minutes=2), hosts=7)
+    archiver.append("metrics", 1, frame)  # not clustered: as it came
+    ensure_time_index(archiver, "metrics", ["host"])
+    archiver.append("metrics", 2, rows(60, step=timedelta(minutes=2), hosts=7, first=60))
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT tableoid::regclass::text, _batch, host FROM metrics ORDER BY tableoid, ctid")
+        got = cur.fetchall()
+    for chunk in {c for c, _, _ in got}:
+        assert [h for c, b, h in got if c == chunk and b == 1] != sorted(h for c, b, h in got if c == chunk and b == 1)
+        second = [h for c, b, h in got if c == chunk and b == 2]
+        assert second == sorted(second) and len(set(second)) == 7
+    assert sorted(table_rows(archiver).n) == list(range(120))

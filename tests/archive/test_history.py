@@ -161,3 +161,37 @@ def test_template_may_join_two_streams_inside_one_chunk(loaded):
     # alerts 0 and 1 are inside chunk T0 (0 and 30 min); metrics n=0 and n=1 too (0, 7 min)
     assert sorted(got["n"]) == [0, 1]
     assert loaded.prepare("SELECT * FROM alerts a JOIN metrics m ON m.n = a.n").streams == ("alerts", "metrics")
+
+
+@pytest.mark.parametrize("workers", [None, 2])
+def test_a_history_query_starts_no_parallel_workers_unless_configured(pg, workers):
+    """recall.max_concurrent bounds the history's share of the database only if each
+    history-query is one server process (archive.history_plan); a machine with cores to
+    spare may allow workers."""
+    from arch_helpers import make_archiver, metrics_spec
+
+    arch = make_archiver(pg, **({} if workers is None else {"history_parallel_workers": workers}))
+    try:
+        arch.register_stream(metrics_spec())
+        arch.append("metrics", 0, rows(3))
+        q = arch.prepare("SELECT current_setting('max_parallel_workers_per_gather') AS w FROM metrics LIMIT 1")
+        got = arch.run_history_query(q, {}, arch.grid_for(("metrics",)).chunk_of(T0))
+        assert got.w.tolist() == [str(workers or 0)]
+    finally:
+        arch.close()
+
+
+def test_pinned_columns_reads_each_reference_of_a_stream():
+    from archive.history_plan import pinned_columns
+
+    assert pinned_columns("SELECT * FROM metrics m WHERE m.host = :h AND (m.n = 3 AND m.v > 1)") == {
+        "metrics": frozenset({"host", "n"})}
+    assert pinned_columns("SELECT * FROM metrics WHERE host IN (SELECT host FROM metrics WHERE n = :n)") == {
+        "metrics": frozenset()}  # the outer reference pins nothing
+    assert pinned_columns("SELECT * FROM metrics a JOIN metrics b ON a.n = b.n WHERE a.host = :h AND b.host = :h") == {
+        "metrics": frozenset({"host"})}
+    assert pinned_columns("SELECT * FROM metrics a JOIN metrics b ON a.n = b.n WHERE a.host = :h") == {
+        "metrics": frozenset()}
+    assert pinned_columns("SELECT * FROM metrics WHERE host = n") == {"metrics": frozenset()}  # not a value
+    assert pinned_columns("WITH x AS (SELECT * FROM metrics WHERE host = :h) SELECT * FROM x") == {
+        "metrics": frozenset({"host"})}
