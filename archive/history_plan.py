@@ -90,7 +90,11 @@ def _conjuncts(node: exp.Expression):
 
 
 def _value(node: exp.Expression) -> bool:
-    return isinstance(node.unnest(), exp.Placeholder | exp.Literal)
+    """A parameter or a literal, perhaps cast (``:sid::bigint``)."""
+    node = node.unnest()
+    while isinstance(node, exp.Cast):
+        node = node.this.unnest()
+    return isinstance(node, exp.Placeholder | exp.Literal)
 
 
 def _pinned(term: exp.Expression) -> exp.Column | None:

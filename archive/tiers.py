@@ -141,10 +141,13 @@ def _set_tier(arch: Archiver, spec, chunk_id: int, tier: Tier, index: bool) -> N
     workers (2 by default): a tier change is background work beside the live path, like a
     history-query (:mod:`archive.history_plan`). At 256,000 rows/s on the 2-core machine,
     each minute's chunk (15M rows) had its B-tree built by three processes. In a probe
-    of the full engine there (200 s runs, batches after the first minute), one process
-    gave the event-query a median batch of 1.60 s, p90 2.38 s, max 3.83 s, against
-    1.73 / 2.88 / 6.02 s with the 2 workers, in the pair run warm; the pair that ran first,
-    with a cold JVM, went the other way (4.04 / 6.69 / 8.01 against 2.16 / 3.98 / 6.04 s)."""
+    of the full engine there (200 s runs after a discarded warm one, batches after the
+    first minute, 3 interleaved pairs), one process gave the event-query a lower median
+    batch in every pair (1.60, 1.79, 1.64 s against 1.73, 1.82, 1.78 s) and a lower
+    slowest batch (3.8, 4.7, 4.4 s against 6.0, 5.3, 4.8 s); p90 was lower in two pairs
+    (2.38, 3.27, 2.55 against 2.88, 3.16, 3.07 s). A few percent, not more. (A pair in
+    which one process ran first after the JVM started went the other way, 4.04 against
+    2.16 s median: the warm-up run is there for that.)"""
     part = partition_name(spec.name, chunk_id)
     names = []
     with arch._conn() as conn, conn.cursor() as cur:

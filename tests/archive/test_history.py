@@ -193,5 +193,7 @@ def test_pinned_columns_reads_each_reference_of_a_stream():
     assert pinned_columns("SELECT * FROM metrics a JOIN metrics b ON a.n = b.n WHERE a.host = :h") == {
         "metrics": frozenset()}
     assert pinned_columns("SELECT * FROM metrics WHERE host = n") == {"metrics": frozenset()}  # not a value
+    assert pinned_columns("SELECT * FROM metrics WHERE n = CAST(:n AS bigint) AND :h::text = host") == {
+        "metrics": frozenset({"n", "host"})}
     assert pinned_columns("WITH x AS (SELECT * FROM metrics WHERE host = :h) SELECT * FROM x") == {
         "metrics": frozenset({"host"})}
