@@ -242,8 +242,8 @@ class Archiver(ChunkStore):
                     rows_per_chunk[cid] = n
                     if tiers_now[cid] is not Tier.PRESENT and not bulk:
                         late_per_chunk[cid] = n
-                cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
                 types = spec.stored_columns
+                cols = [c for c, _ in types]
                 copy_csv(cur, stream, cols, frame_to_csv(good, types))
                 totals = execute_values(  # the rows superseded leave the count
                     cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "

@@ -69,8 +69,8 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
         if len(good):
             if not exists:
                 arch._ensure_chunks(cur, spec, [chunk_id], True)
-            cols = ["_sid", "_batch", *[c for c, _ in spec.id_columns]]
             types = spec.stored_columns
+            cols = [c for c, _ in types]
             copy_csv(cur, stream, cols, frame_to_csv(good, types))
         if exists or len(good):
             cur.execute("UPDATE moirae_chunks SET rows = rows - %s + %s WHERE stream = %s AND chunk_id = %s",

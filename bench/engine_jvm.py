@@ -184,7 +184,7 @@ def batch_stats(query, warm_ms: int) -> dict:
             "add_batch_median_ms": pct(add, 0.5), "input_rows": sum(p.get("numInputRows", 0) for p in late)}
 
 
-def measure(b: Bench, config: str, rate: int, seconds: float, warm: float) -> dict:
+def measure(b: Bench, config: str, rate: int, seconds: float, warm: float, label: str = "") -> dict:
     run = Run(b, config, rate)
     cpu, used = None, None
     try:
@@ -208,7 +208,7 @@ def measure(b: Bench, config: str, rate: int, seconds: float, warm: float) -> di
         b.drop_schemas()
     ok = all(s["batches"] >= 0.8 * s["expected"] - 1 and s["expected"] >= 3 and s["p90_ms"] is not None and s["p90_ms"] <= TRIGGER_S * 1000
              for s in per_query.values())
-    print(f"{config:>10} @ {rate:>9,} rows/s: {'sustained' if ok else 'behind   '} "
+    print(f"{label}{config:>10} @ {rate:>9,} rows/s: {'sustained' if ok else 'behind   '} "
           + "; ".join(f"{n} p90 {s['p90_ms']} ms x{s['batches']}" for n, s in per_query.items()), flush=True)
     if live and live["event_queries"]:
         print(f"{'':>12}driver seconds per phase: {live['event_queries']}; waits {live['archive_waits']}", flush=True)
@@ -710,7 +710,7 @@ def main(argv=None) -> int:
 
     spark_session()
     with tempfile.TemporaryDirectory(prefix="moirae-jvm-warm-") as d:  # JIT, Python workers: discarded
-        measure(Bench(Path(d)), "plain", args.start, 10, 3)
+        measure(Bench(Path(d)), "plain", args.start, 10, 3, label="warm-up, discarded (too short to judge): ")
     seconds = args.seconds or (25.0 if args.quick else 40.0)
     warm = min(10.0, seconds / 3)
     hold = args.hold if args.hold is not None else (0.0 if args.quick else 150.0)
