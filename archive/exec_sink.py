@@ -357,13 +357,13 @@ def create_missing(conn, job: PartitionJob, chunk_ids: list[int]) -> None:
     transaction open, at most :data:`archive.chunks.CHUNKS_PER_TRANSACTION` per
     transaction, each committed before the next (and before the caller writes).
 
-    Creating a partition waits for every open transaction writing to the stream's table
-    (the other partitions' COPYs). Those already hold their lock on the table and write
-    only to chunks they found in the catalog, so they never wait for a creator; a data
-    transaction about to write may queue behind the creator, holding nothing the
-    creator needs (a read of the catalog, its own ``moirae_batch_parts`` row). So no
-    cycle, as long as no transaction creates while holding its own write lock on the
-    table: hence creation in transactions of its own, before the data transaction.
+    A partition is attached to the stream's table (:func:`archive.chunks.partition_ddl`),
+    which does not wait for the other partitions' open COPYs, and those never wait for a
+    creator (they write only to chunks they found in the catalog). The creator waits for
+    the stream's index DDL or a retention drop, which may wait for those COPYs, but not
+    for anything this connection holds: no transaction is open on it. The streamed writer
+    creates beside its open data transaction instead, with a bounded wait
+    (:func:`archive.exec_stream.create_beside`).
     Two partitions of one batch may both find a chunk missing; the second finds it
     created once the first commits (:func:`archive.chunks.create_chunks`)."""
     for group in chunk_sql.in_groups(chunk_ids):
@@ -414,17 +414,26 @@ def _connection(dsn: str, schema: str | None):
     benchmark run, a redeploy) had left every worker one idle connection more, until
     the server refused new clients (4 a run in the scenario's benchmark; its 29th run
     waited 85 s on "too many clients")."""
-    import psycopg2
-
     key = (dsn, schema)
     conn = _CONNECTIONS.pop(key, None)
     if conn is None or conn.closed:
-        options = f"-c search_path={schema},public" if schema else None
-        conn = psycopg2.connect(dsn, options=options)
-        conn.autocommit = False
+        conn = connect(dsn, schema)
     _CONNECTIONS[key] = conn  # the most recently used last
     while len(_CONNECTIONS) > MAX_KEPT_CONNECTIONS:
         _drop_connection(*next(iter(_CONNECTIONS)))
+    return conn
+
+
+def connect(dsn: str, schema: str | None, lock_timeout_ms: int | None = None):
+    """A new connection to ``dsn`` that finds the archive's tables in ``schema``, not in
+    autocommit; ``lock_timeout_ms`` bounds each wait for a lock."""
+    import psycopg2
+
+    options = [f"-c search_path={schema},public"] if schema else []
+    if lock_timeout_ms is not None:
+        options.append(f"-c lock_timeout={int(lock_timeout_ms)}")
+    conn = psycopg2.connect(dsn, options=" ".join(options) or None)
+    conn.autocommit = False
     return conn
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,3 +93,18 @@ def partition_table(arch: Archiver, frame: pd.DataFrame, stream: str = "metrics"
     frame.insert(0, "_sid", source_ids(stream, frame, spec.id_columns))
     table = pa.Table.from_pandas(frame, preserve_index=False)
     return table.set_column(1, spec.ts_col, table.column(spec.ts_col).cast(pa.timestamp("us", "UTC")))
+
+
+def blocked_on_lock(archiver, pid: int) -> bool:
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+        row = cur.fetchone()
+        return row is not None and row[0] == "Lock"
+
+
+def wait_until(cond, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.05)

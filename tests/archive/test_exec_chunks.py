@@ -12,12 +12,20 @@ between its creation and the write is reported missing, for the driver to create
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import psycopg2
 import pytest
-from arch_helpers import T0, catalog_rows, partition_counts, partition_table, rows, table_rows
+from arch_helpers import (
+    T0,
+    blocked_on_lock,
+    catalog_rows,
+    partition_counts,
+    partition_table,
+    rows,
+    table_rows,
+    wait_until,
+)
 
 from archive import chunks as chunks_mod
 from archive import exec_sink
@@ -100,21 +108,6 @@ def test_a_chunk_created_present_from_a_stale_horizon_is_demoted_by_the_next_pas
     assert [c.tier for c in archiver.chunks("metrics")] == [Tier.RECENT]
 
 
-def _blocked_on_lock(archiver, pid: int) -> bool:
-    with archiver.db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-        row = cur.fetchone()
-        return row is not None and row[0] == "Lock"
-
-
-def _wait_until(cond, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.05)
-
-
 def test_two_creators_of_the_same_chunks_both_succeed(archiver):
     """Two partitions of one batch found the same chunks missing: the second waits for
     the first (advisory lock), then finds them created; one partition and one catalog
@@ -134,7 +127,7 @@ def test_two_creators_of_the_same_chunks_both_succeed(archiver):
 
         t = threading.Thread(target=create_second)
         t.start()
-        _wait_until(lambda: _blocked_on_lock(archiver, second.get_backend_pid()), "the second creator waits")
+        wait_until(lambda: blocked_on_lock(archiver, second.get_backend_pid()), "the second creator waits")
         first.commit()
         t.join(30)
         assert not t.is_alive()
@@ -158,27 +151,27 @@ def _chunks_version(archiver) -> int:
         return cur.fetchone()[0]
 
 
-def test_creation_waits_for_an_open_writer_of_the_table_without_deadlock(archiver, job):
-    """Another partition's COPY is open on the stream's table: this executor's creation
-    waits for it (``CREATE TABLE .. PARTITION OF`` locks the table), holding nothing
-    that writer needs, so the writer can go on writing and commit, and then this
-    partition is written."""
+def test_creation_does_not_wait_for_an_open_writer_of_the_table(archiver, job):
+    """Another partition's COPY is open on the stream's table: this executor creates its
+    new chunks and writes them meanwhile (a partition is attached, which leaves the
+    writers' locks alone, :func:`archive.chunks.partition_ddl`), and the writer then goes
+    on and commits. With ``CREATE TABLE .. PARTITION OF`` the executor waited here until
+    the writer committed."""
     archiver.ensure_chunks("metrics", [473_352])
     writer = archiver.db.connect()
     result = {}
     try:
         with writer.cursor() as cur:
             cur.execute("INSERT INTO metrics (_sid, _batch, ts, host, v, n) VALUES (1, 1, %s, 'w', 0, 100)", (T0,))
-        executor = exec_sink._connection(job.dsn, job.schema).get_backend_pid()  # the one write_partition uses
         t = threading.Thread(target=lambda: result.update(
             res=write_partition(job, 0, partition_table(archiver, rows(3, step=timedelta(hours=1))))))
         t.start()
-        _wait_until(lambda: _blocked_on_lock(archiver, executor), "the executor waits for the open writer")
-        with writer.cursor() as cur:  # the writer still progresses: it waits for nothing the executor holds
-            cur.execute("INSERT INTO metrics (_sid, _batch, ts, host, v, n) VALUES (2, 1, %s, 'w', 0, 101)", (T0,))
-        writer.commit()
         t.join(30)
-        assert not t.is_alive()
+        assert not t.is_alive(), "the executor waited for the open writer"
+        with writer.cursor() as cur:  # the writer goes on, into a chunk the executor created
+            cur.execute("INSERT INTO metrics (_sid, _batch, ts, host, v, n) VALUES (2, 1, %s, 'w', 0, 101)",
+                        (T0 + timedelta(hours=2),))
+        writer.commit()
     finally:
         writer.close()
     assert result["res"] == (3, 0, False, [])

@@ -4,22 +4,35 @@ the writer is called in this process, as a Python worker calls it.
 Against the whole-partition writer on the same rows: the same archive and the same
 partition record (counts per chunk, late rows, newest time, dead letters), however the
 rows are cut into batches. A replayed partition writes nothing. A batch that reaches a
-chunk not in the catalog, or a connection that breaks midway, leaves nothing written
+chunk not in the catalog has it created beside the open transaction. A creation that
+waits too long for a lock, or a connection that breaks midway, leaves nothing written
 and every batch in hand for the whole-partition writer, which then archives each row
 once."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, catalog_rows, fresh_archiver, partition_counts, partition_table, rows, table_rows
+from arch_helpers import (
+    T0,
+    catalog_rows,
+    fresh_archiver,
+    partition_counts,
+    partition_table,
+    rows,
+    table_rows,
+    wait_until,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive import exec_sink
+from archive import exec_sink, exec_stream
+from archive.contributors import ensure_time_index
 from archive.exec_sink import PartitionJob, write_arriving, write_partition, write_with_retry
 from archive.exec_stream import streamable, write_streamed
 from archive.pg import DatabaseUnavailable
@@ -96,22 +109,67 @@ def test_a_replayed_partition_writes_nothing_and_hands_every_batch_back(archiver
     exec_sink._drop_connection(job.dsn, job.schema)
 
 
-def test_a_chunk_missing_midway_rolls_back_and_the_whole_writer_archives_each_row_once(archiver):
+def test_a_chunk_missing_midway_is_created_beside_the_open_transaction(archiver):
     """The first batch's chunk exists and is written; the second reaches one that does
-    not: the transaction rolls back, and the whole-partition writer creates the chunk
-    and archives every row, once."""
+    not: it is created and committed on a connection of its own while the data
+    transaction stays open, and every row is archived once, in one pass."""
     job = _job(archiver)
     table = partition_table(archiver, rows(12, step=timedelta(minutes=10)))  # 2 hours: chunks 473352, 473353
     archiver.ensure_chunks("metrics", [473_352])
     received = []
-    assert write_streamed(job, 0, iter(_cut(table, [6])), received) is None
+    assert write_streamed(job, 0, iter(_cut(table, [6])), received) == (12, 0, False, [])
     assert pa.Table.from_batches(received).equals(table)
-    assert len(table_rows(archiver)) == 0 and _record(archiver) == []
+    archiver.commit_parts("metrics", 1)
+    assert table_rows(archiver)["n"].tolist() == list(range(12))
+    assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 6, 473_353: 6}
+    exec_sink._drop_connection(job.dsn, job.schema)
+
+
+def test_a_creation_caught_behind_index_ddl_gives_up_and_the_whole_writer_archives_each_row_once(
+        archiver, monkeypatch):
+    """A cycle PostgreSQL cannot see: the stream's index DDL holds the stream's table and
+    waits to index the chunk this partition's open transaction writes, and creating the
+    next chunk waits for the DDL. The creation's wait is bounded: the partition gives up
+    and rolls back, the DDL finishes, and the whole-partition writer archives each row
+    once."""
+    monkeypatch.setattr(exec_stream, "CREATE_LOCK_TIMEOUT_MS", 300)
+    created = []
+    real = exec_stream.create_beside
+    monkeypatch.setattr(exec_stream, "create_beside", lambda job_, ids: created.append(real(job_, ids)) or created[-1])
+    job = _job(archiver)
+    table = partition_table(archiver, rows(12, step=timedelta(minutes=10)))  # chunks 473352, 473353
+    archiver.ensure_chunks("metrics", [473_352])
+    ddl: dict = {}
+
+    def batches():
+        pieces = _cut(table, [6])
+        yield pieces[0]  # written into chunk 473352: the data transaction holds it now
+        writer = exec_sink._connection(job.dsn, job.schema).get_backend_pid()
+        t = threading.Thread(target=lambda: ddl.update(keys=ensure_time_index(archiver, "metrics", ["host"])))
+        t.start()
+        ddl["thread"] = t
+        wait_until(lambda: _waiting_for(archiver, writer), "the index DDL waits for the open writer")
+        yield from pieces[1:]
+
+    received = []
+    t0 = time.monotonic()
+    assert write_streamed(job, 0, batches(), received) is None
+    assert time.monotonic() - t0 < 15 and created == [False]  # the creation's wait ran out
+    ddl["thread"].join(30)
+    assert not ddl["thread"].is_alive() and ddl["keys"] == ("host",)
+    assert pa.Table.from_batches(received).equals(table) and len(table_rows(archiver)) == 0
     assert write_with_retry(job, 0, pa.Table.from_batches(received)) == (12, 0, False, [])
     archiver.commit_parts("metrics", 1)
     assert table_rows(archiver)["n"].tolist() == list(range(12))
     assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 6, 473_353: 6}
     exec_sink._drop_connection(job.dsn, job.schema)
+
+
+def _waiting_for(archiver, pid: int) -> bool:
+    """Whether some backend waits for a lock that backend ``pid`` holds."""
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,))
+        return cur.fetchone()[0] > 0
 
 
 def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row_once(archiver):
