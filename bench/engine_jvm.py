@@ -340,13 +340,14 @@ def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 2)
                     "bw double precision) WITH (autovacuum_enabled = off)")
     conns_ = [psycopg2.connect(b.dsn) for _ in range(conns)]
     rounds: list[list[float]] = [[] for _ in conns_]  # each connection's commit times
+    cols = [c for c, _ in types]
     t0 = time.perf_counter()
 
     def copy(i: int) -> None:
         conn = conns_[i]
         while time.perf_counter() < t0 + seconds:
             with conn.cursor() as cur:
-                copy_binary(cur, name, [c for c, _ in types], payload)
+                copy_binary(cur, name, cols, payload)
             conn.commit()
             rounds[i].append(time.perf_counter())
 
@@ -368,6 +369,9 @@ def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 2)
         setup.close()
     if copied != batch * sum(len(r) for r in rounds):
         raise RuntimeError(f"COPY ceiling: {copied} rows in the table, expected {batch * sum(len(r) for r in rounds)}")
+    if not all(rounds):
+        raise ValueError(f"COPY ceiling: a connection committed no {batch:,}-row COPY within {seconds:g} s; "
+                         "give it more seconds or a smaller batch")
     first = max(r[0] for r in rounds) - t0
     return {"rows": copied, "connections": conns, "batch": batch, "seconds": round(took, 3),
             "rows_per_s": int(copied / took), "burst_rows_per_s": int(batch * conns / first)}
@@ -631,7 +635,7 @@ def markdown(data: dict) -> str:
                   *([f"Each engine configuration's capacity was then run again for {data['hold']:g} s (marked "
                      f"*held* below), so that a whole 1-minute chunk fills and is demoted within the measured "
                      f"time, and stepped down by 3/4 until it held: that rate is its capacity, the ladder's "
-                     f"40-s rate beside it.", ""] if data.get("hold") else []),
+                     f"{data['seconds']:g}-s rate beside it.", ""] if data.get("hold") else []),
                   "| configuration | highest sustained rows/s | vs plain | rates tried (sustained?) |", "|---|---|---|---|"]
         for cfg in CONFIGS:
             c = data["capacity"].get(cfg)
