@@ -78,6 +78,23 @@ def summarize(archiver, stream: str, chunk_ids: Iterable[int], index: str,
     return done
 
 
+def restore_claimed(archiver, claims) -> None:
+    """After the claims were taken again (:meth:`IndexClaims.keep_alive`): ensure each
+    claimed stream's index exists. While the server had lost the claims (a restart,
+    until the next keep-alive check), a process started with other keys found the index
+    unclaimed and dropped it, with every chunk's part of it, and this process's window
+    reads would have scanned whole chunks from then on. Built again as at start
+    (:func:`archive.contributors.ensure_time_index`: the present chunks and the stream's
+    table; chunks created later get it with their table)."""
+    from archive.contributors import ensure_time_index
+
+    for stream in claims.streams():
+        try:
+            ensure_time_index(archiver, stream)
+        except Exception as exc:  # noqa: BLE001 - the next renewal, or the next start, tries again
+            log.warning("archive: stream %r: BRIN index not restored after its claim was renewed: %s", stream, exc)
+
+
 class Summarizer:
     """Summarizes one stream's BRIN index on its present chunks every ``period`` seconds
     in a thread of its own (started by :meth:`start`, stopped by :meth:`stop`), and on
@@ -109,11 +126,12 @@ class Summarizer:
 
     def run_once(self) -> int:
         """One background pass: the stream's present chunks. Also renews this process's
-        index claims if the server lost them (:mod:`archive.index_claims`)."""
+        index claims if the server lost them (:mod:`archive.index_claims`), and then
+        builds again each claimed index that another process dropped meanwhile."""
         t0 = time.monotonic()
         claims = getattr(self.archiver, "index_claims", None)
-        if claims is not None:
-            claims.keep_alive()
+        if claims is not None and claims.keep_alive():
+            restore_claimed(self.archiver, claims)
         ids = [c.chunk_id for c in self.archiver.chunks(self.stream, Tier.PRESENT)]
         with self._lock:
             index = self.index()

@@ -14,7 +14,9 @@ transaction, :func:`unclaimed`, which fails while any process holds the shared o
 claim ends with its session: a process that stopped, crashed or was redeployed with
 other keys claims nothing any more, and its index is dropped at the next start as
 before. A claim the server lost (a restart) is taken again by :meth:`IndexClaims.keep_alive`,
-which the stream's BRIN summarizer calls on its passes.
+which the stream's BRIN summarizer calls on its passes; an index another process dropped
+in the meantime, finding it unclaimed, is then built again
+(:func:`archive.brin_summary.restore_claimed`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,11 @@ class IndexClaims:
             self._take([key])
             if old is not None and old != key and old not in self._held.values():
                 self._release(old)
+
+    def streams(self) -> list[str]:
+        """The streams this process claims an index of."""
+        with self._lock:
+            return sorted(self._held)
 
     def keep_alive(self, every: float = KEEP_ALIVE_SECONDS) -> bool:
         """Check the claims' connection at most every ``every`` seconds, and take the

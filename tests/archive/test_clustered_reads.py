@@ -117,6 +117,40 @@ def test_a_process_with_other_keys_keeps_the_index_a_live_process_reads_through(
         other.close()
 
 
+def test_an_index_dropped_while_the_server_had_lost_its_claim_is_built_again(archiver, pg):
+    """The server loses this process's claims (a restart); before the keep-alive takes
+    them again, a process started with other keys finds the index unclaimed and drops
+    it. The next background pass renews the claims and builds the index again on the
+    stream's table and each present chunk; before, this process's window reads then
+    scanned whole chunks until it restarted."""
+    other = make_archiver(Database(pg.dsn, schema=pg.schema))  # another process: sessions of its own
+    try:
+        assert ensure_time_index(archiver, "metrics", ["host"]) == ("host",)
+        _archive_rows(archiver)
+        with archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s, 10000)", (archiver.index_claims._conn.get_backend_pid(),))
+        assert ensure_time_index(other, "metrics", ["n"]) == ("n",)
+        assert set(_brin_indexes(archiver)) == {"metrics__ts_n_brin"}  # ours went with the claim
+        archiver.index_claims._checked = float("-inf")  # the keep-alive's check is due
+        Summarizer(archiver, "metrics", lambda: time_index(archiver, "metrics"), 1).run_once()
+        assert archiver.index_claims.renewed == 1
+        assert set(_brin_indexes(archiver)) == {"metrics__ts_host_brin", "metrics__ts_n_brin"}
+        present = {partition_name("metrics", c.chunk_id) for c in archiver.chunks("metrics", Tier.PRESENT)}
+        assert present and _indexed_chunks(archiver, "metrics__ts_host_brin") == present
+        assert ensure_time_index(other, "metrics", ["n"]) == ("n",)  # claimed again: the other keeps it
+        assert set(_brin_indexes(archiver)) == {"metrics__ts_host_brin", "metrics__ts_n_brin"}
+    finally:
+        other.close()
+
+
+def _indexed_chunks(archiver, index: str) -> set[str]:
+    """The chunk tables with their own part of the stream's index ``index``."""
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT t.relname FROM pg_inherits h JOIN pg_index i ON i.indexrelid = h.inhrelid "
+                    "JOIN pg_class t ON t.oid = i.indrelid WHERE h.inhparent = to_regclass(%s)", (f'"{index}"',))
+        return {r[0] for r in cur.fetchall()}
+
+
 def _archive_rows(archiver) -> None:
     for b, frame in enumerate([rows(30, step=timedelta(minutes=3)), rows(5, start=T0 + timedelta(minutes=1), first=40)]):
         archiver.append("metrics", b, frame)
