@@ -9,10 +9,10 @@ chunk and the newest event time; the driver sums those into the chunk catalog wh
 commits the whole batch (:meth:`archive.archiver.Archiver.commit_parts`), and deletes
 the part rows then.
 
-A partition's rows are COPYed as the JVM hands them over, Arrow batch by Arrow batch,
-when they go to chunks that exist (:mod:`archive.exec_stream`); otherwise, and for
-staged rows or rows sorted by cluster keys, once the whole partition has arrived
-(:func:`write_partition`).
+A partition's rows are COPYed as the JVM hands them over, Arrow batch by Arrow batch
+(for a clustered stream, block by sorted block), creating the chunks they reach
+(:mod:`archive.exec_stream`); staged rows, and a partition for which that gives up, are
+written once the whole partition has arrived (:func:`write_partition`).
 
 Each chunk's rows go straight into the chunk's partition (:func:`by_chunk`). The batch
 is read once, new chunks included: a partition whose rows fall into chunks
@@ -161,8 +161,9 @@ def shared_property(stream: str) -> str:
 class PassThrough(StreamWriter):
     """A :class:`StreamWriter` inside an event-query's own plan (a shared read, see
     :mod:`archive.shared`): each partition of the source is archived as above, exactly
-    once, then handed on unchanged to the query's next operator, so the source is read
-    once for both the archive and the query, and both see the same tuples.
+    once, as its rows arrive (:func:`write_arriving`), then handed on unchanged to the
+    query's next operator, so the source is read once for both the archive and the
+    query, and both see the same tuples.
 
     Its job comes in the local property :func:`shared_property` of the stream. A chunk
     still missing when the rows are written (dropped by retention after the partition
@@ -176,9 +177,12 @@ class PassThrough(StreamWriter):
 
         ctx = TaskContext.get()
         job = self.job(ctx.getLocalProperty(shared_property(self.spec.name)))
-        received = list(batches)
         part = ctx.partitionId()
-        if not job.skip and sum(b.num_rows for b in received):
+        if job.skip:
+            received = list(batches)
+        else:
+            (_, _, _, missing), received = write_arriving(job, part, batches)
+        if not job.skip and missing and sum(b.num_rows for b in received):
             table = pa.Table.from_batches(received)
             for _ in range(self.attempts):
                 missing = write_with_retry(job, part, table)[3]
@@ -265,8 +269,7 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
     into the stream's stage table instead, from which the driver archives them."""
     spec = job.spec
     good, dead = split_arrow(table, spec)
-    if job.cluster and good.num_rows > 1:  # see archive.contributors: BRIN then skips other keys' rows
-        good = good.take(pc.sort_indices(good, sort_keys=[(k, "ascending") for k in job.cluster]))
+    good = sort_by(good, job.cluster)  # see archive.contributors: BRIN then skips other keys' rows
     conn = _connection(job.dsn, job.schema)
     staged = job.span_us <= 0
     try:
@@ -322,6 +325,18 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
         _drop_connection(job.dsn, job.schema)
         raise
     return good.num_rows, len(dead), False, []
+
+
+def sort_by(table: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+    """``table``'s rows sorted by ``keys``, ascending and stable (as they are without keys).
+
+    >>> t = pa.table({"k": [2, 1, 2, 1], "n": [0, 1, 2, 3]})
+    >>> sort_by(t, ("k",)).column("n").to_pylist(), sort_by(t, ()).column("n").to_pylist()
+    ([1, 3, 0, 2], [0, 1, 2, 3])
+    """
+    if not keys or table.num_rows < 2:
+        return table
+    return table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys]))
 
 
 def by_chunk(table: pa.Table, chunk_of: np.ndarray, chunk_ids: list[int]) -> Iterator[tuple[int, pa.Table]]:

@@ -13,7 +13,7 @@ Two settings go with every history-query, in its own transaction (``SET LOCAL``)
   queries held the workers.
 - **The index, not a seq scan, for a key the rows are clustered by.** A stream an
   event-query windows by key has its rows written sorted by that key in each chunk of
-  each micro-batch partition (or append), under a BRIN index on (event time, keys)
+  each block of a micro-batch partition (or append), under a BRIN index on (event time, keys)
   (:mod:`archive.contributors`). PostgreSQL costs a BRIN scan by a column's *global*
   correlation, which a chunk of many sorted runs does not have, and a present chunk has
   no statistics at all (autovacuum leaves it alone); so the planner scans whole chunks.

@@ -76,16 +76,26 @@ def _frame(n: int, late_hours: int, bad: int) -> pd.DataFrame:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 60), cuts=st.lists(st.integers(0, 60), max_size=6), late=st.sampled_from([0, 1]),
-       bad=st.integers(0, 2))
-def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts, late, bad):
+       bad=st.integers(0, 2), cluster=st.sampled_from([(), ("host",)]), block=st.integers(1, 30))
+def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts, late, bad, cluster, block):
     frame = _frame(n, late, min(bad, n))
     got = {}
+    kept = exec_stream.CLUSTER_BLOCK_ROWS
+    exec_stream.CLUSTER_BLOCK_ROWS = block  # (hypothesis runs the examples in one fixture scope)
+    try:
+        _both_ways(pg_dsn, frame, cuts, cluster, got)
+    finally:
+        exec_stream.CLUSTER_BLOCK_ROWS = kept
+    assert got["streamed"] == got["whole"]
+
+
+def _both_ways(pg_dsn, frame, cuts, cluster, got) -> None:
     for way in ("whole", "streamed"):
         with fresh_archiver(pg_dsn) as arch:
             arch.ensure_chunks("metrics", list(range(473_350, 473_372)))  # every chunk the rows reach
             with arch.db.connection() as conn, conn.cursor() as cur:  # the oldest chunk has left the present tier
                 cur.execute("UPDATE moirae_chunks SET tier = 'old' WHERE chunk_id = 473351")
-            job = _job(arch)
+            job = _job(arch, cluster=cluster)
             table = partition_table(arch, frame)
             if way == "whole":
                 res = write_partition(job, 3, table)
@@ -95,7 +105,6 @@ def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts,
                 assert pa.Table.from_batches(received, schema=table.schema).equals(table)
             got[way] = (res, table_rows(arch).to_dict("list"), _record(arch), [d[1:] for d in _dead(arch)])
             exec_sink._drop_connection(job.dsn, job.schema)
-    assert got["streamed"] == got["whole"]
 
 
 def test_a_replayed_partition_writes_nothing_and_hands_every_batch_back(archiver):
@@ -194,9 +203,28 @@ def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row
     exec_sink._drop_connection(job.dsn, job.schema)
 
 
-def test_staged_clustered_and_skipped_jobs_keep_the_whole_partition_way(archiver):
+def test_a_clustered_partition_is_written_as_it_arrives_in_sorted_blocks(archiver, monkeypatch):
+    """Rows to be clustered are sorted by the keys a block at a time (at least
+    CLUSTER_BLOCK_ROWS rows, whole arriving batches) and each block COPYed as it is
+    complete: in the chunk, each block's rows by key (stable), the blocks in arrival order."""
+    monkeypatch.setattr(exec_stream, "CLUSTER_BLOCK_ROWS", 10)
+    job = _job(archiver, cluster=("host",))
+    assert streamable(job)
+    frame = rows(30, step=timedelta(minutes=1))  # all in chunk 473352; hosts h0, h1, h2 in turn
+    archiver.ensure_chunks("metrics", [473_352])
+    assert write_streamed(job, 0, iter(_cut(partition_table(archiver, frame), [4, 8, 12, 16, 20, 24, 28])),
+                          []) == (30, 0, False, [])
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT n FROM metrics__c473352 ORDER BY ctid")
+        physical = [r[0] for r in cur.fetchall()]
+    blocks = [frame[lo:hi] for lo, hi in ((0, 12), (12, 24), (24, 30))]  # batches of 4 until >= 10 rows
+    assert physical == [n for b in blocks for n in b.sort_values("host", kind="stable")["n"]]
+    exec_sink._drop_connection(job.dsn, job.schema)
+
+
+def test_staged_and_skipped_jobs_keep_the_whole_partition_way(archiver):
     assert streamable(_job(archiver))
-    assert not streamable(_job(archiver, cluster=("host",)))  # sorted over the whole partition
+    assert streamable(_job(archiver, cluster=("host",)))  # sorted a block at a time
     assert not streamable(_job(archiver, skip=True))
     assert not streamable(PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream("metrics"), 1, 0))
 
