@@ -4,7 +4,7 @@ process, as a Python worker would call it.
 
 Creation runs in short transactions committed before the data transaction opens, at
 most CHUNKS_PER_TRANSACTION chunks each; two creators of one chunk both succeed; a
-creator waits for open writers of the stream's table without a deadlock; the new
+creator does not wait for open writers of the stream's table's other chunks; the new
 chunk's tier follows the driver's horizon snapshot and ``bulk``, and a chunk created
 present from a stale snapshot is demoted by the next demotion pass; a chunk dropped
 between its creation and the write is reported missing, for the driver to create."""
