@@ -300,6 +300,11 @@ class Archiver(ChunkStore):
         """Whether ``stream``'s chunk interval is fixed (recorded in the catalog)."""
         return stream in self._intervals
 
+    def interval_from_rate(self, stream: str) -> bool:
+        """Whether ``stream``'s interval is not fixed yet and will be chosen from the rate
+        of its first rows (see :func:`archive.chunks.rate_based`)."""
+        return chunks.rate_based(self, stream)
+
     def batch_done(self, stream: str, batch_id: int) -> bool:
         """Whether ``(stream, batch_id)`` is in the batch log (a replay is then a no-op)."""
         with self._conn() as conn, conn.cursor() as cur:

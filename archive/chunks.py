@@ -264,15 +264,24 @@ def vacuum_off(spec: StreamSpec, tier: Tier) -> bool:
     return tier is Tier.PRESENT and spec.kind == "raw"
 
 
+def rate_based(arch: Archiver, stream: str) -> bool:
+    """Whether ``stream``'s interval, while not fixed, waits for its first rows' rate:
+    a raw stream with ``chunk_target_rows`` set and no configured interval. Otherwise
+    :func:`fix_interval` needs no rows, and a writer need not count them first."""
+    s = arch.settings
+    return (stream not in arch._intervals and s.chunk_intervals.get(stream) is None
+            and bool(s.chunk_target_rows) and arch.stream(stream).kind == "raw")
+
+
 def fix_interval(arch: Archiver, stream: str, rows: int, span: timedelta) -> ChunkGrid:
     """The stream's grid, choosing and recording its interval first if none is fixed:
     configured (``chunk_intervals``), else from ``rows`` over ``span`` (raw streams, with
     ``chunk_target_rows`` set), else ``chunk_span``."""
-    spec = arch.stream(stream)
+    arch.stream(stream)  # an unknown stream is refused before anything is recorded
     if stream not in arch._intervals:
         settings = arch.settings
         chosen = settings.chunk_intervals.get(stream)
-        if chosen is None and settings.chunk_target_rows and spec.kind == "raw":
+        if rate_based(arch, stream):
             chosen = choose_interval(rows, span, settings.chunk_target_rows, settings.chunk_span)
         with arch._conn() as conn, conn.cursor() as cur:
             arch._intervals[stream] = record_interval(cur, stream, chosen or settings.chunk_span)

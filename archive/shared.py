@@ -119,12 +119,10 @@ class SharedArchive:
         """Before micro-batch ``batch_id``'s job: its part of the job, for the tasks."""
         bid = shared_batch_id(self.owner, batch_id)
         arch = self.archiver
-        if not arch.has_interval(self.stream):  # see the module docstring
-            s, spec = arch.settings, arch.stream(self.stream)
-            if s.chunk_intervals.get(self.stream) is None and s.chunk_target_rows and spec.kind == "raw":
-                self._ensure_stage()
-            else:
-                arch.fix_interval(self.stream, 0, timedelta(0))
+        if arch.interval_from_rate(self.stream):  # see the module docstring
+            self._ensure_stage()
+        elif not arch.has_interval(self.stream):
+            arch.fix_interval(self.stream, 0, timedelta(0))
         if arch.has_interval(self.stream):
             span_us = arch.grid_of(self.stream).span_us
             self._staged.discard(batch_id)

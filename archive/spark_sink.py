@@ -110,11 +110,13 @@ def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None =
 
 
 def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
-    """The stream's chunk interval in microseconds. Before the stream's first non-empty
-    batch it is not fixed yet: one small aggregate (rows, first and last event time)
-    lets the Archiver choose it from the batch's rate, as its own append path does."""
-    if archiver.has_interval(spec.name):
-        return archiver.grid_of(spec.name).span_us
+    """The stream's chunk interval in microseconds. When it is to be chosen from the
+    rate of the stream's first non-empty batch, one small aggregate (rows, first and
+    last event time) of that batch lets the Archiver choose it, as its own append path
+    does; that reads the batch twice, once. An interval configured, or already fixed,
+    needs no aggregate (archive_ingest: about 350 ms of a 4.5-s run, 2026-11-27)."""
+    if not archiver.interval_from_rate(spec.name):
+        return archiver.fix_interval(spec.name, 0, timedelta(0)).span_us
     from pyspark.sql import functions as F
 
     us = F.unix_micros(F.col(spec.ts_col))
