@@ -45,8 +45,9 @@ COLS = [("i", ColumnType.BIGINT), ("t", ColumnType.TIMESTAMPTZ), ("s", ColumnTyp
 
 _ts = st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(2200, 1, 1),  # noqa: DTZ001 - naive bounds
                    timezones=st.just(UTC))
+_text = st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=12)
 _row = st.tuples(st.none() | st.integers(-(2**63), 2**63 - 1), st.none() | _ts,
-                 st.none() | st.text(st.characters(blacklist_characters="\x00", codec="utf-8"), max_size=12),
+                 st.none() | _text,
                  st.none() | st.floats(allow_nan=True, allow_infinity=True), st.none() | st.booleans())
 
 
@@ -99,8 +100,19 @@ def test_binary_copy_round_trips_every_type_and_null(pg, rows):
 @given(rows=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), _ts, st.floats(allow_nan=False), st.booleans()),
                      min_size=1, max_size=40))
 def test_binary_copy_of_fixed_width_rows_without_nulls_round_trips(pg, rows):
-    """Such rows take the one-pass record-array encoder (archive.copy._fixed_rows)."""
+    """Such rows are one packed record array (archive.copy._Runs), with no join."""
     assert _copy_back(pg, [c for c in COLS if c[1] is not ColumnType.TEXT], rows) == rows
+
+
+@pytest.mark.postgres
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), _ts, _text, st.floats(allow_nan=False),
+                               st.booleans() | st.none()), min_size=1, max_size=40))
+def test_binary_copy_of_text_without_nulls_between_fixed_runs_round_trips(pg, rows):
+    """A text column without nulls ends a run of packed fields (its length is the run's
+    last field) and starts the next: archive_ingest's shape. The nullable last column
+    may end the row as a run or as a piece of its own."""
+    assert _copy_back(pg, COLS, rows) == rows
 
 
 def _source(spark, per_host: int, hosts: int, parts: int):
@@ -317,6 +329,35 @@ def test_first_batch_fixes_the_streams_interval_from_its_rate(spark, pg):
         infos = arch.chunks("metrics")
         assert sum(c.rows for c in infos) == len(frame)
         assert all(c.end - c.start == grid.span for c in infos)
+    finally:
+        arch.close()
+
+
+@pytest.mark.spark
+@pytest.mark.postgres
+@pytest.mark.parametrize("target_rows, reads", [(10, 2), (None, 1)])
+def test_the_first_batch_is_counted_only_when_its_rate_chooses_the_interval(spark, pg, target_rows, reads):
+    """The count of the first batch (rows, first and last time) is one more Spark job,
+    which reads the batch a second time; without ``chunk_target_rows`` the interval is
+    ``chunk_span`` whatever the rate, so the batch is read once, by the writers. An
+    accumulator counts the event times the source yields (the count reads only those),
+    over every job of the batch."""
+    from pyspark.sql import functions as F
+
+    arch = make_archiver(pg, span=timedelta(minutes=7), chunk_target_rows=target_rows)
+    arch.register_stream(metrics_spec())
+    yielded = spark.sparkContext.accumulator(0)
+
+    def seen(ts):
+        yielded.add(1)
+        return ts
+
+    try:
+        frame, df = _source(spark, 11, 3, 2)
+        archive_batches(arch, "metrics")(df.withColumn("ts", F.udf(seen, "timestamp")("ts")), 0)
+        assert yielded.value == reads * len(frame)
+        assert arch.grid_of("metrics").span == (timedelta(hours=2) if target_rows else timedelta(minutes=7))
+        assert sum(c.rows for c in arch.chunks("metrics")) == len(frame)
     finally:
         arch.close()
 
