@@ -65,18 +65,23 @@ def arrow_to_copy_binary(table: pa.Table, columns: Sequence[tuple[str, ColumnTyp
     """``table``'s ``columns`` in PostgreSQL's binary COPY format: no text formatting on
     this side and no parsing on the server's.
 
-    Each value becomes its piece (a big-endian int32 length, -1 for null, then the
-    value's big-endian bytes; a timestamp is microseconds since 2000-01-01), built with
-    numpy per column; Arrow's ``binary_join_element_wise`` then concatenates each row's
-    pieces, so no per-value Python call is made. Arrow columns must already have the
-    archive's types (text may be ``string`` or ``large_string``).
+    Each value becomes its field (a big-endian int32 length, -1 for null, then the
+    value's big-endian bytes; a timestamp is microseconds since 2000-01-01). Fields of a
+    fixed width on every row (the field count, each length, the values of a column
+    without nulls) are packed side by side into one numpy record array per run
+    (:class:`_Runs`); only a text column's bytes and a column with nulls break a run.
+    When they do, Arrow's ``binary_join_element_wise`` concatenates each row's pieces,
+    so no per-value Python call is made either way. Packing the runs made 250,000 rows
+    of archive_ingest's stream (one text column among five fixed ones) 2.3x faster to
+    encode than one piece per field (0.04 against 0.10 s, the same bytes). Arrow
+    columns must already have the archive's types (text may be ``string`` or
+    ``large_string``).
     """
     n = table.num_rows
     if n == 0:
         return _HEADER + _TRAILER
-    if all(ct in _FIXED for _, ct in columns) and not any(table.column(c).null_count for c, _ in columns):
-        return _fixed_rows(table, columns)
-    pieces = [_fixed(np.broadcast_to(np.frombuffer(np.array(len(columns), ">i2").tobytes(), np.uint8), (n, 2)))]
+    runs = _Runs(n)
+    runs.field(">i2", len(columns))
     for name, ctype in columns:
         arr = table.column(name).combine_chunks()
         valid = np.asarray(arr.is_valid(), dtype=bool) if arr.null_count else None
@@ -84,50 +89,66 @@ def arrow_to_copy_binary(table: pa.Table, columns: Sequence[tuple[str, ColumnTyp
             arr = arr.cast(pa.large_string())
             offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
             lens = np.diff(offsets)
-            if valid is not None:
-                lens = np.where(valid, lens, -1)
-            pieces.append(_fixed(lens.astype(">i4").view(np.uint8).reshape(n, 4)))
-            pieces.append(arr.cast(pa.large_binary()).fill_null(b""))
+            runs.field(">i4", lens if valid is None else np.where(valid, lens, -1))
+            runs.piece(arr.cast(pa.large_binary()).fill_null(b""))
             continue
-        if ctype is ColumnType.TIMESTAMPTZ:
-            ints = np.asarray(arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).fill_null(0))
-            vals = (ints - _PG_EPOCH_US).astype(_FIXED[ctype])
-        else:
-            vals = np.asarray(arr.fill_null(False if ctype is ColumnType.BOOLEAN else 0)).astype(_FIXED[ctype])
-        width = vals.dtype.itemsize
-        block = np.empty((n, 4 + width), dtype=np.uint8)
-        block[:, :4] = np.frombuffer(np.array(width, ">i4").tobytes(), np.uint8)
-        block[:, 4:] = vals.view(np.uint8).reshape(n, width)
-        piece = _fixed(block)
-        if valid is not None:
-            piece = pc.if_else(pa.array(valid), piece, pa.scalar(b"\xff\xff\xff\xff", pa.large_binary()))
-        pieces.append(piece)
-    rows = pc.binary_join_element_wise(*pieces, pa.scalar(b"", pa.large_binary()))
+        width = np.dtype(_FIXED[ctype]).itemsize
+        if valid is None:
+            runs.field(">i4", width)
+            runs.field(_FIXED[ctype], _values(arr, ctype))
+            continue
+        block = np.empty(n, dtype=np.dtype([("len", ">i4"), ("val", _FIXED[ctype])]))
+        block["len"], block["val"] = width, _values(arr, ctype)
+        runs.piece(pc.if_else(pa.array(valid), _fixed(block.view(np.uint8).reshape(n, 4 + width)),
+                              pa.scalar(b"\xff\xff\xff\xff", pa.large_binary())))
+    pieces = runs.done()
+    if len(pieces) == 1 and isinstance(pieces[0], np.ndarray):  # fixed-width rows: already the body
+        return b"".join((_HEADER, pieces[0].tobytes(), _TRAILER))
+    rows = pc.binary_join_element_wise(*(_fixed(p) if isinstance(p, np.ndarray) else p for p in pieces),
+                                       pa.scalar(b"", pa.large_binary()))
     offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset:rows.offset + n + 1]
     body = memoryview(rows.buffers()[2])[int(offsets[0]):int(offsets[-1])]
     return b"".join((_HEADER, body, _TRAILER))
 
 
-def _fixed_rows(table: pa.Table, columns: Sequence[tuple[str, ColumnType]]) -> bytes:
-    """The binary COPY rows of fixed-width columns without nulls, in one pass: every row
-    has the same layout (field count, then each value's length and bytes), so the rows
-    are one packed numpy record array filled a column at a time: half the time of
-    joining per-value pieces (0.14 s against 0.26-0.41 s for 1M rows of the metrics
-    stream of bench/engine_jvm.py, five 8-byte columns; the same bytes)."""
-    layout = [("count", ">i2")]
-    for i, (_, ctype) in enumerate(columns):
-        layout += [(f"len{i}", ">i4"), (f"val{i}", _FIXED[ctype])]
-    rows = np.empty(table.num_rows, dtype=np.dtype(layout))  # packed: no padding between fields
-    rows["count"] = len(columns)
-    for i, (name, ctype) in enumerate(columns):
-        arr = table.column(name).combine_chunks()
-        if ctype is ColumnType.TIMESTAMPTZ:
-            vals = np.asarray(arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())) - _PG_EPOCH_US
-        else:
-            vals = np.asarray(arr)
-        rows[f"len{i}"] = np.dtype(_FIXED[ctype]).itemsize
-        rows[f"val{i}"] = vals
-    return b"".join((_HEADER, rows.tobytes(), _TRAILER))
+class _Runs:
+    """The pieces of ``n`` binary COPY rows, left to right: a run of fixed-width fields
+    becomes one packed record array (no padding between fields), filled a field at a
+    time; any other piece (an Arrow binary array, one value per row) ends the run."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.pieces: list = []
+        self.fields: list[tuple[str, object]] = []
+
+    def field(self, dtype: str, values) -> None:
+        """A fixed-width field of every row: a scalar or an array of ``n`` values."""
+        self.fields.append((dtype, values))
+
+    def piece(self, arr: pa.Array) -> None:
+        self._close_run()
+        self.pieces.append(arr)
+
+    def done(self) -> list:
+        """The pieces: (n, w) uint8 arrays for the runs, Arrow arrays for the rest."""
+        self._close_run()
+        return self.pieces
+
+    def _close_run(self) -> None:
+        if self.fields:
+            rec = np.empty(self.n, dtype=np.dtype([(f"f{i}", d) for i, (d, _) in enumerate(self.fields)]))
+            for i, (_, values) in enumerate(self.fields):
+                rec[f"f{i}"] = values
+            self.pieces.append(rec.view(np.uint8).reshape(self.n, rec.dtype.itemsize))
+            self.fields = []
+
+
+def _values(arr: pa.Array, ctype: ColumnType) -> np.ndarray:
+    """A fixed-width column's values as numpy (nulls as 0; a timestamp in PostgreSQL's
+    microseconds since 2000-01-01)."""
+    if ctype is ColumnType.TIMESTAMPTZ:
+        return np.asarray(arr.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).fill_null(0)) - _PG_EPOCH_US
+    return np.asarray(arr.fill_null(False if ctype is ColumnType.BOOLEAN else 0))
 
 
 def _fixed(block: np.ndarray) -> pa.Array:
