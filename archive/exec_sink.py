@@ -178,11 +178,11 @@ class PassThrough(StreamWriter):
         ctx = TaskContext.get()
         job = self.job(ctx.getLocalProperty(shared_property(self.spec.name)))
         part = ctx.partitionId()
-        if job.skip:
-            received = list(batches)
-        else:
-            (_, _, _, missing), received = write_arriving(job, part, batches)
-        if not job.skip and missing and sum(b.num_rows for b in received):
+        if job.skip:  # an earlier run of this micro-batch archived it: the rows only go on
+            yield from batches
+            return
+        (_, _, _, missing), received = write_arriving(job, part, batches)
+        if missing and sum(b.num_rows for b in received):
             table = pa.Table.from_batches(received)
             for _ in range(self.attempts):
                 missing = write_with_retry(job, part, table)[3]
@@ -191,7 +191,7 @@ class PassThrough(StreamWriter):
             else:
                 raise RuntimeError(f"stream {self.spec.name!r} batch {job.batch_id} part {part}: chunks "
                                    f"{missing} dropped again each time they were created (retention?)")
-        if self.after_commit is not None and not job.skip:
+        if self.after_commit is not None:
             self.after_commit(job.batch_id, part)
         yield from received
 
