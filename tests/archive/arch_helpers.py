@@ -96,10 +96,18 @@ def partition_table(arch: Archiver, frame: pd.DataFrame, stream: str = "metrics"
 
 
 def blocked_on_lock(archiver, pid: int) -> bool:
+    """Whether backend ``pid`` waits for a lock."""
     with archiver.db.connection() as conn, conn.cursor() as cur:
         cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
         row = cur.fetchone()
         return row is not None and row[0] == "Lock"
+
+
+def blocking_others(archiver, pid: int) -> bool:
+    """Whether some backend waits for a lock that backend ``pid`` holds."""
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,))
+        return cur.fetchone()[0] > 0
 
 
 def wait_until(cond, what: str, timeout: float = 20.0) -> None:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from arch_helpers import (
     T0,
+    blocking_others,
     catalog_rows,
     fresh_archiver,
     partition_counts,
@@ -157,7 +158,7 @@ def test_a_creation_caught_behind_index_ddl_gives_up_and_the_whole_writer_archiv
         t = threading.Thread(target=lambda: ddl.update(keys=ensure_time_index(archiver, "metrics", ["host"])))
         t.start()
         ddl["thread"] = t
-        wait_until(lambda: _waiting_for(archiver, writer), "the index DDL waits for the open writer")
+        wait_until(lambda: blocking_others(archiver, writer), "the index DDL waits for the open writer")
         yield from pieces[1:]
 
     received = []
@@ -172,13 +173,6 @@ def test_a_creation_caught_behind_index_ddl_gives_up_and_the_whole_writer_archiv
     assert table_rows(archiver)["n"].tolist() == list(range(12))
     assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 6, 473_353: 6}
     exec_sink._drop_connection(job.dsn, job.schema)
-
-
-def _waiting_for(archiver, pid: int) -> bool:
-    """Whether some backend waits for a lock that backend ``pid`` holds."""
-    with archiver.db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,))
-        return cur.fetchone()[0] > 0
 
 
 def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row_once(archiver):
