@@ -44,6 +44,7 @@ import psutil
 import yaml
 
 from archive.pg import ENV_DSN, embedded_dsn
+from bench._alert_clock import _end_t
 from bench.cpu_share import CpuShare
 from bench.report import ROOT, exit_code, publish, target
 from recall.api import Output, OutputKind
@@ -281,16 +282,6 @@ def memory_growth(warm: list[dict], value) -> tuple[float | None, float, float]:
 # -- 2: throughput ----------------------------------------------------------------------
 
 
-def _end_t(query) -> int:
-    p = query.lastProgress
-    if not p:
-        return -1
-    off = p["sources"][0].get("endOffset")
-    if isinstance(off, str):
-        off = json.loads(off)
-    return int((off or {}).get("t", -1))
-
-
 def where_time_goes(queries) -> dict:
     """Per query: batches and summed milliseconds of Spark's progress phases (addBatch is
     the sink: archiving, provenance, events; latestOffset/getBatch the Python source)."""
@@ -320,16 +311,43 @@ def retry(fn, what: str, attempts: int = 6):
     raise AssertionError("unreachable")
 
 
-def wait_done(queries, until_ns: int, timeout: float) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        for q in queries:
+def wait_done(queries, until_ns: int, timeout: float, poll: float = 0.25) -> float:
+    """The wall time (epoch seconds) at which the last of ``queries`` finished the
+    micro-batch that took its source to ``until_ns``: that batch's trigger start plus its
+    ``triggerExecution``, from Spark's progress (:func:`finished_at`). So neither the
+    poll's period nor its py4j calls enter the figure: polling every 50 ms, as this did
+    until 2026-11-27, held the driver's GIL for 2.3 s of a 31-s run of the full engine
+    (py-spy), taken from the engine's own threads."""
+    start = time.monotonic()
+    pending = list(queries)
+    while pending:
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"throughput run not done in {timeout}s: "
+                               f"{[(q.name, _end_t(q.lastProgress or {})) for q in pending]}")
+        for q in pending:
             if q.exception() is not None:
                 raise RuntimeError(f"query {q.name} failed: {q.exception()}")
-        if all(_end_t(q) >= until_ns for q in queries):
-            return time.monotonic()
-        time.sleep(0.05)
-    raise TimeoutError(f"throughput run not done in {timeout}s: {[(q.name, _end_t(q)) for q in queries]}")
+        pending = [q for q in pending if (_end_t(q.lastProgress or {}) or -1) < until_ns]
+        if pending:
+            time.sleep(poll)
+    return max(finished_at(q.recentProgress, until_ns, q.name) for q in queries)
+
+
+def finished_at(progresses: list[dict], until_ns: int, name: str = "query") -> float:
+    """When the first micro-batch whose source reached ``until_ns`` ended (epoch s).
+
+    >>> finished_at([{"timestamp": "2026-11-27T05:00:00.000Z", "durationMs": {"triggerExecution": 400},
+    ...               "sources": [{"endOffset": {"t": 5}}]},
+    ...              {"timestamp": "2026-11-27T05:00:01.000Z", "durationMs": {"triggerExecution": 250},
+    ...               "sources": [{"endOffset": '{"t": 9}'}]}], 8) - 1795755600
+    1.25
+    """
+    for p in progresses:
+        t = _end_t(p)
+        if t is not None and t >= until_ns:
+            begun = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+            return begun + p["durationMs"]["triggerExecution"] / 1000
+    raise RuntimeError(f"{name}: no recent progress reached {until_ns} (the progress history rolled over?)")
 
 
 def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str, rounds: int = 3) -> dict:
@@ -368,7 +386,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         register_cluster_source(spark)
         pq = ProvQuery(enabled=False)
         ck = b.tmp / f"plain_{uuid.uuid4().hex[:6]}"
-        t0 = time.monotonic()
+        t0 = time.time()  # wait_done returns the wall time the last batch ended
         share = CpuShare().start()
         queries = []
         for stream in STREAMS:
@@ -411,7 +429,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             if not engine.deploy.indexes.drain(timeout=600):
                 raise RuntimeError("the history's similarity indexes were not built within 600 s")
         built0 = engine.deploy.indexes.built
-        t0 = time.monotonic()
+        t0 = time.time()  # wait_done returns the wall time the last batch ended
         share = CpuShare().start()
         engine.start()
         queries = [src.query for src in engine._sources.values() if src.query is not None]

@@ -95,6 +95,17 @@ def test_engine_jvm_examples_run():
     assert result.attempted >= 5 and result.failed == 0
 
 
+def test_engine_e2e_examples_run():
+    """bench.engine_e2e's examples (the rounds' summary, the CPU line, when a run's last
+    batch ended from Spark's progress) run, outside the package doctest sweep."""
+    import doctest
+
+    from bench import engine_e2e
+
+    result = doctest.testmod(engine_e2e)
+    assert result.attempted >= 7 and result.failed == 0
+
+
 def test_cpu_share_examples_run_and_it_counts_this_process():
     """bench.cpu_share classifies the processes it samples (docstring examples) and
     finds a second of this process's own CPU work under ``driver``."""
