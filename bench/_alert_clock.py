@@ -26,7 +26,9 @@ from datetime import datetime, timedelta
 STAGES = ("event", "context", "recall", "similar")
 
 
-def _end_t(progress: dict) -> int | None:
+def progress_t(progress: dict) -> int | None:
+    """The scenario time (ns, the source offset's ``t``) a Spark progress report's batch
+    reached, or None for a report without one."""
     sources = progress.get("sources") or []
     if not sources:
         return None
@@ -130,9 +132,9 @@ class AlertClock:
 
     def _tick(self) -> None:
         p = self.query.lastProgress
-        if p and _end_t(p) is not None:
+        if p and progress_t(p) is not None:
             wall = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-            self.pairs[int(p["batchId"])] = (wall, _end_t(p))
+            self.pairs[int(p["batchId"])] = (wall, progress_t(p))
         now = time.time()
         for ev in self._get(f"/api/events?type={self.event}&since={self.since}&limit=200")["events"]:
             self.seen.setdefault(ev["eid"], {"ts": ev["ts"], "event": now})

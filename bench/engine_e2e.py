@@ -44,7 +44,7 @@ import psutil
 import yaml
 
 from archive.pg import ENV_DSN, embedded_dsn
-from bench._alert_clock import _end_t
+from bench._alert_clock import progress_t
 from bench.cpu_share import CpuShare
 from bench.report import ROOT, exit_code, publish, target
 from recall.api import Output, OutputKind
@@ -323,11 +323,11 @@ def wait_done(queries, until_ns: int, timeout: float, poll: float = 0.25) -> flo
     while pending:
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"throughput run not done in {timeout}s: "
-                               f"{[(q.name, _end_t(q.lastProgress or {})) for q in pending]}")
+                               f"{[(q.name, progress_t(q.lastProgress or {})) for q in pending]}")
         for q in pending:
             if q.exception() is not None:
                 raise RuntimeError(f"query {q.name} failed: {q.exception()}")
-        pending = [q for q in pending if (_end_t(q.lastProgress or {}) or -1) < until_ns]
+        pending = [q for q in pending if (progress_t(q.lastProgress or {}) or -1) < until_ns]
         if pending:
             time.sleep(poll)
     return max(finished_at(q.recentProgress, until_ns, q.name) for q in queries)
@@ -343,7 +343,7 @@ def finished_at(progresses: list[dict], until_ns: int, name: str = "query") -> f
     1.25
     """
     for p in progresses:
-        t = _end_t(p)
+        t = progress_t(p)
         if t is not None and t >= until_ns:
             begun = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
             return begun + p["durationMs"]["triggerExecution"] / 1000
