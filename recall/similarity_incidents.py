@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from similarity.incidents import ChunkGroups, IncidentRule, chunk_groups
 
@@ -201,7 +200,7 @@ class IncidentTop:
                        g.last_ns.copy(), g.count.astype(np.int64), np.zeros(m, dtype=bool), np.full(m, src), parts)
         # 1. links: the newest incident of a frontier key joins that key's frontier incident
         f = self.frontier
-        fpos = pd.Index(f.key).get_indexer(c.key) if len(f) else np.full(m, -1)
+        fpos = _positions(f.key, c.key)
         idx = np.flatnonzero(fpos >= 0)
         renamed: dict[str, int] = {}
         if idx.size:
@@ -245,7 +244,7 @@ class IncidentTop:
         reach = int(ts.min()) + self.rule.step_ns
         near = np.flatnonzero(c.first < reach)
         near = near[np.argsort(c.first[near], kind="stable")]
-        near = near[~pd.Index(c.key[near]).duplicated()]
+        near = near[_first_of_each(c.key[near])]
         in_chunk = np.zeros(len(f), dtype=bool)
         in_chunk[fpos[fpos >= 0]] = True
         self.frontier = _Incidents.concat(f.take(np.flatnonzero(~in_chunk & (f.first < reach))), c.take(near))
@@ -262,6 +261,28 @@ class IncidentTop:
         parts = [(self._sources[s][1] or {}, e) for s, e in c.parts[j]] if c.parts[j] else []
         return PastIncident(str(c.id[j]), float(c.score[j]), int(c.ts[j]), str(c.eid[j]), int(c.first[j]),
                             int(c.last[j]), int(c.windows[j]), str(c.key[j]), bool(c.live[j]), contexts, parts)
+
+
+# A chunk holds a few detections and the frontier a few keys, so the two lookups below
+# are plain dicts: a pandas Index costs about 30 us to build and takes and gives back
+# the GIL, which in the engine's contended driver made it the largest part of a chunk.
+
+def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Each of ``wanted``'s place in ``keys`` (distinct), -1 where absent."""
+    at = {k: i for i, k in enumerate(keys.tolist())}
+    return np.fromiter((at.get(k, -1) for k in wanted.tolist()), dtype=np.int64, count=len(wanted))
+
+
+def _first_of_each(keys: np.ndarray) -> np.ndarray:
+    """The positions of each key's first occurrence, in order.
+
+    >>> _first_of_each(np.array(["a", "b", "a", "c", "b"], dtype=object)).tolist()
+    [0, 1, 3]
+    """
+    first: dict = {}
+    for i, k in enumerate(keys.tolist()):
+        first.setdefault(k, i)
+    return np.fromiter(first.values(), dtype=np.int64, count=len(first))
 
 
 def resolution_of(inc: PastIncident, recorded: Mapping[str, str] | None = None) -> str | None:

@@ -99,22 +99,24 @@ def _ns(ts: Any) -> np.ndarray:
 
 def group(keys: Sequence[Any], ts: Sequence[Any], eids: Sequence[Any], rule: IncidentRule) -> np.ndarray:
     """The incident id of each detection (aligned with the inputs), by the rule over
-    exactly these detections. Vectorised: one sort, one pass."""
+    exactly these detections. Vectorised: one sort (of codes, not of a frame), one pass."""
     n = len(eids)
     if not (len(keys) == len(ts) == n):
         raise ValueError(f"group: keys, ts and eids differ in length ({len(keys)}, {len(ts)}, {n})")
     if n == 0:
         return np.empty(0, dtype=object)
-    frame = pd.DataFrame({"k": pd.Series(keys, dtype=object).astype(str).to_numpy(), "t": _ns(ts),
-                          "e": pd.Series(eids, dtype=object).astype(str).to_numpy(), "i": np.arange(n)})
-    frame = frame.sort_values(["k", "t", "e"], kind="stable")
-    k, t = frame["k"].to_numpy(), frame["t"].to_numpy()
+    k = pd.Series(keys, dtype=object).astype(str).to_numpy()
+    e = pd.Series(eids, dtype=object).astype(str).to_numpy()
+    # by key, time, eid (codes of sorted uniques order as the texts do; lexsort is stable)
+    kc, ec = pd.factorize(k, sort=True)[0], pd.factorize(e, sort=True)[0]
+    t = _ns(ts)
+    order = np.lexsort((ec, t, kc))
+    kc, t = kc[order], t[order]
     starts = np.ones(n, dtype=bool)
-    starts[1:] = (k[1:] != k[:-1]) | (np.diff(t) > rule.step_ns)
-    first = frame["e"].to_numpy()[starts]
-    ids = first[np.cumsum(starts) - 1]
+    starts[1:] = (kc[1:] != kc[:-1]) | (np.diff(t) > rule.step_ns)
+    first = e[order][starts]
     out = np.empty(n, dtype=object)
-    out[frame["i"].to_numpy()] = ids
+    out[order] = first[np.cumsum(starts) - 1]
     return out
 
 

@@ -30,7 +30,7 @@ moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moi
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
 moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.python_launcher moirae.resolution_cache moirae.views moirae.worker_daemon
 recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.revision_ops
-recall.split recall.task
+recall.similarity_incidents recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.model
 scheduler.scheduler scheduler.stride
 similarity similarity.config similarity.explain similarity.idf similarity.incidents similarity.learned similarity.novelty similarity.scorer similarity.search

@@ -105,3 +105,27 @@ def test_tracker_closes_quiet_keys_and_restores():
     assert tr.open_incident("a") is None and tr.open_incident("b") == "y"
     tr.restore("a", "x", at(0), at(5), 2)
     assert tr.assign("z", "a", at(10)).incident == "x"
+
+
+def _chained(keys: list[str], minutes: list[int], eids: list[str]) -> list[str]:
+    """Reference grouping in plain Python: per key, detections by (time, eid), a new
+    incident wherever two neighbours are more than a step apart; its id the first eid."""
+    step = RULE.step / timedelta(minutes=1)
+    out: dict[int, str] = {}
+    for key in set(keys):
+        mine = sorted((m, e, i) for i, (k, m, e) in enumerate(zip(keys, minutes, eids, strict=True)) if k == key)
+        current, last = None, None
+        for m, e, i in mine:
+            if last is None or m - last > step:
+                current = e
+            out[i], last = current, m
+    return [out[i] for i in range(len(keys))]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "10", "9"]), st.integers(0, 120), st.integers(0, 30)),
+                min_size=1, max_size=40, unique_by=lambda d: d[2]))
+def test_grouping_equals_a_plain_python_chaining_with_tied_times(dets):
+    """Equal times included: the tie goes to the smaller eid, as text ('e10' < 'e9')."""
+    keys, minutes, eids = [k for k, _, _ in dets], [m for _, m, _ in dets], [f"e{x}" for _, _, x in dets]
+    assert list(group(keys, [at(m) for m in minutes], eids, RULE)) == _chained(keys, minutes, eids)
