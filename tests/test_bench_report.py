@@ -106,6 +106,17 @@ def test_engine_e2e_examples_run():
     assert result.attempted >= 7 and result.failed == 0
 
 
+def test_provenance_verdict_examples_run():
+    """bench.provenance's verdict (a no-provenance baseline slower than backward leaves
+    the target unresolved, counting the reps where it was) holds on its example."""
+    import doctest
+
+    from bench import provenance
+
+    result = doctest.testmod(provenance)
+    assert result.attempted >= 2 and result.failed == 0
+
+
 def test_cpu_share_examples_run_and_it_counts_this_process():
     """bench.cpu_share classifies the processes it samples (docstring examples) and
     finds a second of this process's own CPU work under ``driver``."""
