@@ -78,19 +78,19 @@ two whole-partition runs."""
 
 
 def blocks(job: PartitionJob, batches: Iterator[pa.RecordBatch], received: list[pa.RecordBatch],
-           block_rows: int | None = None) -> Iterator[pa.Table]:
+           block_rows: int) -> Iterator[pa.Table]:
     """The tables to write as ``batches`` arrive, each batch also appended to
     ``received``: each batch, or for a clustered stream blocks of whole batches with at
-    least ``block_rows`` rows (:data:`CLUSTER_BLOCK_ROWS`), which the writer sorts.
+    least ``block_rows`` rows (the writer passes :data:`CLUSTER_BLOCK_ROWS`), which the
+    writer sorts.
 
     >>> from archive.streams import StreamSpec
     >>> job = PartitionJob("", None, StreamSpec.build("m", "ts", {"k": "bigint"}), 1, 60_000_000, cluster=("k",))
     >>> arriving = [pa.record_batch({"k": [3, 1]}), pa.record_batch({"k": [2]}), pa.record_batch({"k": [0]})]
     >>> got = []
-    >>> [t.column("k").to_pylist() for t in blocks(job, iter(arriving), got, block_rows=3)], len(got)
+    >>> [t.column("k").to_pylist() for t in blocks(job, iter(arriving), got, 3)], len(got)
     ([[3, 1, 2], [0]], 3)
     """
-    limit = CLUSTER_BLOCK_ROWS if block_rows is None else block_rows
     pending: list[pa.RecordBatch] = []
     rows = 0
     for batch in batches:
@@ -100,7 +100,7 @@ def blocks(job: PartitionJob, batches: Iterator[pa.RecordBatch], received: list[
             continue
         pending.append(batch)
         rows += batch.num_rows
-        if rows >= limit:
+        if rows >= block_rows:
             yield pa.Table.from_batches(pending)
             pending, rows = [], 0
     if pending:
@@ -126,7 +126,7 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
     try:
         conn = _connection(job.dsn, job.schema)  # unreachable: the whole way retries, as below
         with conn.cursor() as cur:
-            for block in blocks(job, batches, received):
+            for block in blocks(job, batches, received, CLUSTER_BLOCK_ROWS):
                 good, dead = split_arrow(block, spec)
                 good = sort_by(good, job.cluster)  # as write_partition does: BRIN then skips other keys' rows
                 dead_letters += dead
