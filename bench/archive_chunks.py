@@ -26,8 +26,8 @@ the engine's default, :mod:`archive.chunks`) change against the old default, one
 from 12 hosts, by default the ``cluster`` scenario's metrics rate, 12 servers at one row
 per 10 s; ``--days``, quick 7, else 28) is loaded into one archive per setting (the
 global hour, and each ``--target-rows``, by default the engine's default), a day per
-batch, and events at the present are recalled through the Recall Manager, in rotating
-order, each reading the whole history. Reported: the interval chosen, chunks and rows
+batch, and events at the present are recalled through the Recall Manager, the archives'
+order rotated and every second round mirrored (:func:`bench.report.run_orders`), each reading the whole history. Reported: the interval chosen, chunks and rows
 per chunk, time to first result (the newest chunk's aggregate) and time until the whole
 history was read (the boundary). No chunk is indexed (bulk loads land in the old tier):
 the worst case for a chunk's scan. Published as
@@ -52,7 +52,7 @@ from bench._recall_common import (
     first_result,
     load_chunks,
 )
-from bench.report import exit_code, publish, target
+from bench.report import exit_code, publish, run_orders, target
 from recall.manager import RecallManager
 
 FLAT_TARGET = 1.3
@@ -231,8 +231,8 @@ def intervals(quick: bool, events: int, rate: float, days: int | None, targets_r
         sink, mgrs = _managers(archs)
         try:
             tags = list(settings)
-            for i in range(-2, events):  # two warm-up rounds, not counted
-                for tag in tags[i % len(tags):] + tags[:i % len(tags)]:  # rotating order
+            for i, order in enumerate(run_orders(tags, events + 2), start=-2):  # two warm-up rounds, not counted
+                for tag in order:
                     eid = f"{tag}-{i + 2}"
                     ev = {"eid": eid, "ts": NOW - timedelta(seconds=i + 3), "host": f"h{i % SERVERS}"}
                     t0 = time.perf_counter()
@@ -264,8 +264,8 @@ def intervals(quick: bool, events: int, rate: float, days: int | None, targets_r
         "batch into one archive per setting: the old default, one global 1 h `chunk_span`, and rate-based "
         "intervals (`chunk_target_rows`: the interval chosen from the first batch's rate, rounded down to the "
         "ladder). No chunk indexed (worst case). "
-        f"{events} events per archive through the Recall Manager (4 concurrent history-queries), in rotating "
-        f"order; each reads the whole history. Load average at the end: {load_avg:.1f}.\n\n"
+        f"{events} events per archive through the Recall Manager (4 concurrent history-queries), the archives' "
+        f"order rotated and mirrored; each reads the whole history. Load average at the end: {load_avg:.1f}.\n\n"
         "| setting | interval | chunks | max rows a chunk | load (s) | median first result (ms) | "
         "median whole history (ms) |\n|---|---|---|---|---|---|---|\n"
         + "".join(f"| {tag} | {info[tag]['interval_s'] / 3600:g} h | {info[tag]['chunks']:,} | "

@@ -31,7 +31,7 @@ import pandas as pd
 
 from archive import Archiver, ArchiveSettings, Database, StreamSpec, Tier
 from archive.names import partition_name
-from bench.report import exit_code, publish, target
+from bench.report import exit_code, publish, run_orders, target
 
 ROOT = Path(__file__).resolve().parent.parent
 SPAN = timedelta(hours=1)
@@ -166,8 +166,8 @@ def main(argv=None) -> int:
         # three; each round starts with the next layout, so no layout always runs after the
         # same other one (which leaves the caches in its own state).
         layouts = (("none", 0), ("half", half), ("full", n))
-        for rnd in range(rounds):
-            for label, recent in layouts[rnd % 3:] + layouts[:rnd % 3]:
+        for rnd, order in enumerate(run_orders(layouts, rounds)):
+            for label, recent in order:
                 t = time.perf_counter()
                 arch = layout(db, recent)
                 index_s = time.perf_counter() - t
@@ -217,7 +217,7 @@ def main(argv=None) -> int:
             f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded through the Archiver in {info['load_s']:.0f} s. "
             f"Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest chunk first, one "
             f"history-query per chunk, stopping at k; per point the median over {reps} sid values of the best of {best_of} runs, then the "
-            f"median over {rounds} rounds rotating the layouts' order; warm cache. Layouts are the "
+            f"median over {rounds} rounds, the layouts' order rotated and mirrored (bench.report.run_orders); warm cache. Layouts are the "
             f"Archiver's tiers: R = 0, R = {half} (newest half indexed) and R = {n}. The indexed half holds "
             f">= {inside_limit} matches per sid. Times in ms.\n\n"
             "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "

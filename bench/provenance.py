@@ -10,9 +10,13 @@ each configuration replays the same generated workload through the same queries:
 - ``ankn``: backward provenance + ANK-N from Spark operators (A 5.2).
 
 Throughput = input rows / wall time until every sink's query has drained the input
-(``availableNow``). After one discarded warm-up run of each configuration (each has its
+(``availableNow``). After two discarded warm-up runs of each configuration (each has its
 own plans to compile: a single warm-up left the first repetition's no-provenance run a third
-slower than its others, 2026-11-24), configurations are run in rotating order, ``--reps`` times each (3 by default), and the median is reported with a 95 %
+slower than its others, 2026-11-24), configurations are run ``--reps`` times each (3 by
+default) in the orders of :func:`bench.report.run_orders`: rotated, every second
+repetition mirrored, so the JIT still speeding runs up favours no configuration (a plain
+rotation ran no-provenance just before backward in 9 of 12 repetitions, and it came out
+the slower, 2026-11-27). The median is reported with a 95 %
 confidence interval; the ANK-1 / backward ratio's interval comes from the paired
 per-repetition ratios (Student's t). The full size has >= 200,000 source rows per
 workload, in micro-batches of about 10,000 rows. Provenance latency is in multiples of U, per item kind (A fig. 15).
@@ -38,9 +42,10 @@ from ananke.ids import EPOCH, to_timedelta
 from ananke.items import ListSink
 from ananke.query import ProvQuery
 from ananke.spark_adapter import Ank1SparkSink
-from bench.report import exit_code, publish, target
+from bench.report import exit_code, publish, run_orders, target
 
 CONFIGS = ("np", "backward", "ank1", "ankn")
+WARM_UP = 2  # discarded runs of each configuration before the measured ones
 
 
 def workloads(quick: bool) -> dict:
@@ -148,10 +153,10 @@ def main(argv=None) -> dict:
         per_file = -(-len(wl["rows"]) // wl["files"])
         workload.write_files(wl["rows"], directory, per_file)
         runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-        for config in CONFIGS:  # warm-up (JIT, file listing, each plan's codegen), discarded
-            run_once(spark, wl, directory, config)
-        for rep in range(reps):
-            order = CONFIGS[rep % 4:] + CONFIGS[:rep % 4]
+        for order in run_orders(CONFIGS, WARM_UP):  # JIT, file listing, each plan's codegen; discarded
+            for config in order:
+                run_once(spark, wl, directory, config)
+        for rep, order in enumerate(run_orders(CONFIGS, reps)):
             for config in order:
                 runs[config].append(run_once(spark, wl, directory, config))
                 print(f"{name} rep {rep} {config}: {runs[config][-1]['rows_per_s']:.0f} rows/s", flush=True)

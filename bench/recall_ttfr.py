@@ -4,8 +4,8 @@ Four archived streams hold the same kind of history in the real Archiver, 1x, 2x
 and 10x long (full run: 1M, 2M, 5M and 10M rows, chunks of 100k rows; quick: 100k to
 1M rows, chunks of 10k). Events at the present are recalled one at a time through the
 Recall Manager (stride scheduler, 4 concurrent history-queries, a per-chunk aggregate
-template), *interleaved across the four sizes* (rounds of 1x, 2x, 5x, 10x in rotating
-order), so that load from other processes on a shared machine hits every size alike.
+template), *interleaved across the four sizes* (rounds of 1x, 2x, 5x, 10x, the order rotated and
+every second round mirrored: :func:`bench.report.run_orders`), so that load from other processes on a shared machine hits every size alike.
 *Time to first result* is from just before ``submit`` to the first output (the newest
 chunk's aggregate) reaching the sink; the rest of the task is then cancelled.
 
@@ -38,7 +38,7 @@ from bench._recall_common import (
     first_result,
     load_chunks,
 )
-from bench.report import exit_code, publish, target
+from bench.report import exit_code, publish, run_orders, target
 from recall.manager import RecallManager
 
 FACTORS = (1, 2, 5, 10)
@@ -108,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             for f in FACTORS:  # warm-up, not counted
                 first_result(mgr, sink, f"x{f}-10000", stream(f))
                 first_result(mgr, sink, f"x{f}-10001", stream(f))
-            for i in range(args.events):
-                order = FACTORS[i % len(FACTORS):] + FACTORS[:i % len(FACTORS)]
+            for i, order in enumerate(run_orders(FACTORS, args.events)):
                 for f in order:
                     ttfr, sub = first_result(mgr, sink, f"x{f}-{i}", stream(f))
                     res[f]["ttfr"].append(ttfr)
@@ -119,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                         p, e = explain_newest(arch, db, f, i)
                         res[f]["plan"].append(p)
                         res[f]["exec"].append(e)
-        for i in range(args.whole):
-            for f in FACTORS[i % len(FACTORS):] + FACTORS[:i % len(FACTORS)]:
+        for i, order in enumerate(run_orders(FACTORS, args.whole)):
+            for f in order:
                 res[f]["whole"].append(whole_archive(db, f, i))
     finally:
         arch.close()

@@ -83,6 +83,25 @@ def test_capacity_ladder_searches_down_for_a_configuration_behind_at_the_start(m
     assert out["slow"]["sustained_rows_per_s"] == 0  # below the floor (start / 16): no capacity found
 
 
+def test_report_examples_run():
+    """bench.report's examples run (bench modules are outside the package doctest sweep),
+    and run_orders is balanced: over each pair of repetitions every two items run once
+    in each order, and every item's positions add up to the same."""
+    import doctest
+    import itertools
+
+    from bench import report
+
+    assert doctest.testmod(report).failed == 0
+    for n in (2, 3, 4, 5):
+        orders = report.run_orders(range(n), 2 * n)
+        assert all(sorted(o) == list(range(n)) for o in orders)
+        for a, b in zip(orders[::2], orders[1::2], strict=True):
+            assert all((a.index(x) < a.index(y)) != (b.index(x) < b.index(y))
+                       for x, y in itertools.combinations(range(n), 2))
+            assert len({a.index(x) + b.index(x) for x in range(n)}) == 1
+
+
 def test_engine_jvm_examples_run():
     """The soak's verdicts (``level_bounded``: a sawtooth is bounded, a rise is not, one
     late hand-over is not a rise) hold on their docstring examples (bench modules are
