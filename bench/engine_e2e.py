@@ -16,9 +16,13 @@ a fresh schema (dropped afterwards) with a temporary data directory.
    streams, written to Spark's ``noop`` sink), ``archive`` (the engine archiving the
    sources, no event-query) and ``full`` (archiving + Ananke provenance + the paper's
    queries with Recall and Similarity Recall). Rows/s = source rows / wall seconds from
-   start until every query has committed the ``until`` offset. Each config runs three
-   times, interleaved (plain, archive, full, plain, ...); the median run of each is
-   reported, and full/plain of each round beside it. Target: full >= 70 % of plain.
+   start until every query has committed the ``until`` offset. After a discarded hour of
+   plain Spark and one discarded run of each engine configuration (until 2026-11-27 only
+   plain was warmed, so each configuration's first run compiled its own paths), each
+   config runs three times, interleaved, every second round in the mirrored order
+   (:func:`bench.report.run_orders`; until 2026-11-27 always plain, archive, full, so the
+   full engine always ran on a JVM warmed by the two before it); the median run of each
+   is reported, and full/plain of each round beside it. Target: full >= 70 % of plain.
 3. **Memory**: every few seconds of the latency run, driver RSS, the JVM child's RSS, the
    present tier's in-memory rows/bytes and open recall tasks; growth is last vs. the
    first sample after warm-up (a third of the run). Target <= 10 %.
@@ -46,7 +50,7 @@ import yaml
 from archive.pg import ENV_DSN, embedded_dsn
 from bench._alert_clock import progress_t
 from bench.cpu_share import CpuShare
-from bench.report import ROOT, exit_code, publish, target
+from bench.report import ROOT, exit_code, publish, run_orders, target
 from recall.api import Output, OutputKind
 
 OPEN_STATES = {"runnable", "running", "suspended", "ending"}
@@ -447,7 +451,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         full = config in ("full", "full_own")
         return secs, events if full else None, tasks if full else None, phases
 
-    phases: dict = {}
+    phases: dict = {}  # plain's run's, filled in by plain()
     extra: dict = {}  # the current run's CPU by process class, and its event-flows' driver seconds by phase
     warm_ns = start_ns + 3600 * 10**9  # one discarded hour: JVM classes, Python workers
     for attempt in range(3):  # a cold Python worker may miss Spark's 10 s connect-back on a loaded machine
@@ -456,22 +460,33 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             break
         except RuntimeError as exc:
             print(f"warm-up attempt {attempt + 1} failed: {str(exc)[:200]}", flush=True)
+
+    def one_run(config: str) -> dict:
+        phases.clear()
+        extra.clear()
+        events = tasks = None
+        if config == "plain":
+            secs = retry(lambda: plain(until, until_ns), "throughput plain")
+            run_phases = dict(phases)
+        else:
+            secs, events, tasks, run_phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
+        run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": run_phases,
+               "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
+        if config in ("full", "full_own"):
+            run.update(events=events, recall_tasks=tasks, similarity_indexes_built=extra.get("indexes_built"))
+        b.drop_schemas()  # each run on an archive of its own; none left to slow the next
+        return run
+
     runs: dict[str, list[dict]] = {"plain": [], "archive": [], "full": [], "full_own": []}
-    for r in range(rounds):  # interleaved, so a slow spell of the shared machine hits every config alike
-        for config in runs:
-            phases = {}
-            extra.clear()
-            if config == "plain":
-                secs = retry(lambda: plain(until, until_ns), "throughput plain")
-            else:
-                secs, events, tasks, phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
-            run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": phases,
-                   "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
-            if config in ("full", "full_own"):
-                run.update(events=events, recall_tasks=tasks, similarity_indexes_built=extra.get("indexes_built"))
-            runs[config].append(run)
-            b.drop_schemas()  # each run on an archive of its own; none left to slow the next
-            print(f"throughput round {r + 1} {config}: {rows} rows in {secs:.1f}s = {rows / secs:,.0f} rows/s", flush=True)
+    for config in list(runs)[1:]:  # each engine configuration once, discarded: the JIT compiles its own paths
+        print(f"throughput warm-up {config}: {one_run(config)['seconds']:.1f}s", flush=True)
+    # interleaved, so a slow spell of the shared machine hits every config alike, and each
+    # second round in the mirrored order, so the JIT still speeding later runs up favours none
+    for r, order in enumerate(run_orders(runs, rounds)):
+        for config in order:
+            runs[config].append(run := one_run(config))
+            print(f"throughput round {r + 1} {config}: {rows} rows in {run['seconds']:.1f}s = "
+                  f"{run['rows_per_s']:,.0f} rows/s", flush=True)
     out.update(summarize_rounds(runs))
     out["meets_target"] = out["full_over_plain"] >= 0.7
     return out
