@@ -26,10 +26,10 @@ the engine's default, :mod:`archive.chunks`) change against the old default, one
 from 12 hosts, by default the ``cluster`` scenario's metrics rate, 12 servers at one row
 per 10 s; ``--days``, quick 7, else 28) is loaded into one archive per setting (the
 global hour, and each ``--target-rows``, by default the engine's default), a day per
-batch, and events at the present are recalled through the Recall Manager, the archives'
-order rotated and every second round mirrored (:func:`bench.report.run_orders`), each reading the whole history. Reported: the interval chosen, chunks and rows
-per chunk, time to first result (the newest chunk's aggregate) and time until the whole
-history was read (the boundary). No chunk is indexed (bulk loads land in the old tier):
+batch, and events at the present are recalled through the Recall Manager, the archives
+in the balanced orders of :func:`bench.report.run_orders`, each reading the whole
+history. Reported: the interval chosen, chunks and rows per chunk, time to first result
+(the newest chunk's aggregate) and time until the whole history was read (the boundary). No chunk is indexed (bulk loads land in the old tier):
 the worst case for a chunk's scan. Published as
 ``archive_chunks_intervals[_RATErps][_quick]``.
 """
@@ -264,8 +264,8 @@ def intervals(quick: bool, events: int, rate: float, days: int | None, targets_r
         "batch into one archive per setting: the old default, one global 1 h `chunk_span`, and rate-based "
         "intervals (`chunk_target_rows`: the interval chosen from the first batch's rate, rounded down to the "
         "ladder). No chunk indexed (worst case). "
-        f"{events} events per archive through the Recall Manager (4 concurrent history-queries), the archives' "
-        f"order rotated and mirrored; each reads the whole history. Load average at the end: {load_avg:.1f}.\n\n"
+        f"{events} events per archive through the Recall Manager (4 concurrent history-queries), the archives in "
+        f"balanced orders; each reads the whole history. Load average at the end: {load_avg:.1f}.\n\n"
         "| setting | interval | chunks | max rows a chunk | load (s) | median first result (ms) | "
         "median whole history (ms) |\n|---|---|---|---|---|---|---|\n"
         + "".join(f"| {tag} | {info[tag]['interval_s'] / 3600:g} h | {info[tag]['chunks']:,} | "

@@ -19,7 +19,7 @@ a fresh schema (dropped afterwards) with a temporary data directory.
    start until every query has committed the ``until`` offset. After a discarded hour of
    plain Spark and one discarded run of each engine configuration (until 2026-11-27 only
    plain was warmed, so each configuration's first run compiled its own paths), each
-   config runs three times, interleaved, every second round in the mirrored order
+   config runs three times, interleaved, each round in another order
    (:func:`bench.report.run_orders`; until 2026-11-27 always plain, archive, full, so the
    full engine always ran on a JVM warmed by the two before it); the median run of each
    is reported, and full/plain of each round beside it. Target: full >= 70 % of plain.
@@ -480,8 +480,8 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
     runs: dict[str, list[dict]] = {"plain": [], "archive": [], "full": [], "full_own": []}
     for config in list(runs)[1:]:  # each engine configuration once, discarded: the JIT compiles its own paths
         print(f"throughput warm-up {config}: {one_run(config)['seconds']:.1f}s", flush=True)
-    # interleaved, so a slow spell of the shared machine hits every config alike, and each
-    # second round in the mirrored order, so the JIT still speeding later runs up favours none
+    # interleaved, so a slow spell of the shared machine hits every config alike, and in
+    # balanced orders, so the JIT still speeding later runs up favours none
     for r, order in enumerate(run_orders(runs, rounds)):
         for config in order:
             runs[config].append(run := one_run(config))

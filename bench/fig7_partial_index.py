@@ -217,7 +217,7 @@ def main(argv=None) -> int:
             f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded through the Archiver in {info['load_s']:.0f} s. "
             f"Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest chunk first, one "
             f"history-query per chunk, stopping at k; per point the median over {reps} sid values of the best of {best_of} runs, then the "
-            f"median over {rounds} rounds, the layouts' order rotated and mirrored (bench.report.run_orders); warm cache. Layouts are the "
+            f"median over {rounds} rounds, the layouts in balanced orders (bench.report.run_orders); warm cache. Layouts are the "
             f"Archiver's tiers: R = 0, R = {half} (newest half indexed) and R = {n}. The indexed half holds "
             f">= {inside_limit} matches per sid. Times in ms.\n\n"
             "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "

@@ -13,10 +13,11 @@ Throughput = input rows / wall time until every sink's query has drained the inp
 (``availableNow``). After two discarded warm-up runs of each configuration (each has its
 own plans to compile: a single warm-up left the first repetition's no-provenance run a third
 slower than its others, 2026-11-24), configurations are run ``--reps`` times each (3 by
-default) in the orders of :func:`bench.report.run_orders`: rotated, every second
-repetition mirrored, so the JIT still speeding runs up favours no configuration (a plain
-rotation ran no-provenance just before backward in 9 of 12 repetitions, and it came out
-the slower, 2026-11-27). The median is reported with a 95 %
+default) in the orders of :func:`bench.report.run_orders` (a Williams design: each
+configuration in each position, and right after each other one, equally often), so the
+JIT still speeding runs up, or a run slowing the next, favours none (in a plain rotation
+no-provenance followed ANK-N in 9 of 12 repetitions and came out slower than backward,
+2026-11-27). The median is reported with a 95 %
 confidence interval; the ANK-1 / backward ratio's interval comes from the paired
 per-repetition ratios (Student's t). The full size has >= 200,000 source rows per
 workload, in micro-batches of about 10,000 rows. Provenance latency is in multiples of U, per item kind (A fig. 15).

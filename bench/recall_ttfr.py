@@ -4,8 +4,9 @@ Four archived streams hold the same kind of history in the real Archiver, 1x, 2x
 and 10x long (full run: 1M, 2M, 5M and 10M rows, chunks of 100k rows; quick: 100k to
 1M rows, chunks of 10k). Events at the present are recalled one at a time through the
 Recall Manager (stride scheduler, 4 concurrent history-queries, a per-chunk aggregate
-template), *interleaved across the four sizes* (rounds of 1x, 2x, 5x, 10x, the order rotated and
-every second round mirrored: :func:`bench.report.run_orders`), so that load from other processes on a shared machine hits every size alike.
+template), *interleaved across the four sizes* (rounds of 1x, 2x, 5x, 10x in the balanced
+orders of :func:`bench.report.run_orders`), so that load from other processes on a shared
+machine hits every size alike.
 *Time to first result* is from just before ``submit`` to the first output (the newest
 chunk's aggregate) reaching the sink; the rest of the task is then cancelled.
 

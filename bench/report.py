@@ -43,33 +43,37 @@ def machine() -> dict:
 
 
 def run_orders(items, reps: int) -> list[tuple]:
-    """The order to run ``items`` in at each of ``reps`` repetitions: rotated by one every
-    two repetitions, and each second repetition the mirror of the first. Within each such
-    pair of repetitions, every two items run once in each order and every item's mean
-    position is the same, so a drift that speeds each run up a little (the JVM's JIT is
-    still compiling after the warm-up) favours none of them.
+    """The order to run ``items`` in at each of ``reps`` repetitions, in cycles of
+    ``len(items)`` repetitions (twice that for an odd count): a Williams design. Over
+    each cycle every item runs in every position equally often, so a drift that speeds
+    later runs up (the JVM's JIT still compiling after the warm-up) favours none of them,
+    and right after every other item equally often, so a run that leaves the next one
+    slower (the JIT recompiling code another configuration's types deoptimized) does not
+    always hit the same one.
 
-    A plain rotation does not do this with three items or more: each item runs just
-    before its neighbour in the list in all but one of every ``len(items)``
-    repetitions. bench/provenance.py's no-provenance configuration ran before the
-    backward one in 9 of its 12 repetitions that way, and slower than it in 8
-    (2026-11-27). Alternated in one JVM, the JIT's CPU falling from 5.7 to 1.8
-    core-seconds a run over eight runs, whichever of the two ran second was the faster
-    in 3 of 4 pairs.
+    A plain rotation balances positions but not successors: each item always follows
+    the same one. In bench/provenance.py's rotation of (np, backward, ank1, ankn) the
+    no-provenance run followed ANK-N in 9 of 12 repetitions, backward in none, and
+    no-provenance came out the slower of the two (2026-11-25 and -27). Normalized by
+    its repetition's mean, a run right after ANK-N was 2-6 % slower than one that was
+    not (the 2026-11-27 run, 12 repetitions; nothing of ANK-N's kept running after it:
+    0.1-0.2 core-seconds over the next 4 idle seconds). Alternated in one JVM, the JIT's
+    CPU falling from 5.7 to 1.8 core-seconds a run over eight runs, whichever of the two
+    ran second was the faster in 3 of 4 pairs.
 
-    >>> run_orders("abc", 4)
-    [('a', 'b', 'c'), ('c', 'b', 'a'), ('b', 'c', 'a'), ('a', 'c', 'b')]
-    >>> orders = run_orders(range(4), 8)
-    >>> sum(o.index(0) < o.index(1) for o in orders), sum(o.index(0) for o in orders) == sum(o.index(3) for o in orders)
-    (4, True)
+    >>> run_orders("abcd", 4)
+    [('a', 'b', 'd', 'c'), ('b', 'c', 'a', 'd'), ('c', 'd', 'b', 'a'), ('d', 'a', 'c', 'b')]
+    >>> run_orders("abc", 3)
+    [('a', 'b', 'c'), ('b', 'c', 'a'), ('c', 'a', 'b')]
+    >>> run_orders("abc", 6)[3:]
+    [('c', 'b', 'a'), ('a', 'c', 'b'), ('b', 'a', 'c')]
     """
     items = tuple(items)
-    out = []
-    for rep in range(reps):
-        k = (rep // 2) % len(items)
-        order = items[k:] + items[:k]
-        out.append(order if rep % 2 == 0 else order[::-1])
-    return out
+    n = len(items)
+    base = [(j + 1) // 2 if j % 2 else (n - j // 2) % n for j in range(n)]  # 0, 1, n-1, 2, n-2, ...
+    square = [[items[(b + r) % n] for b in base] for r in range(n)]
+    cycle = square if n % 2 == 0 else square + [row[::-1] for row in square]
+    return [tuple(cycle[rep % len(cycle)]) for rep in range(reps)]
 
 
 def target(what: str, goal: str, measured: str, met: bool | None, note: str = "") -> dict:
