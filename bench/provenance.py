@@ -15,10 +15,11 @@ engine with one configuration: ``--forks`` times (4 by default) a fresh process 
 own Spark session runs ``--warm`` discarded runs (3) and then ``--runs`` measured ones
 (2), the forks of the configurations in the orders of :func:`bench.report.run_orders`
 (each configuration in each position, and right after each other one, equally often).
-Until 2026-11-27 all four shared one JVM, and what one compiled changed what the next
-ran on: the no-provenance query of Linear Road was then slower than backward provenance
-in 12 of 12 repetitions (0.92x), whatever the order, while on its own beside backward
-only it was not. The median run is reported with a 95 % confidence interval; the
+Until 2026-11-27 all four shared one JVM, where a run depended on the one before it: a
+run right after ANK-N was 2-6 % slower than others (normalized by its repetition's
+mean), and a plain rotation put no-provenance right after ANK-N in 9 of 12 repetitions.
+(Linear Road's no-provenance query stayed slower than backward in a balanced order too,
+12 of 12 repetitions, and in forks, 4 of 4; beside backward alone it was not.) The median run is reported with a 95 % confidence interval; the
 ANK-1 / backward ratio's interval comes from the ratios of the two configurations'
 mean throughput in the forks run in the same position of the design (Student's t). The
 full size has >= 200,000 source rows per workload, in micro-batches of about 10,000
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -195,14 +197,16 @@ def main(argv=None) -> dict:
     results: dict = {"quick": args.quick, "forks": forks, "warm": warm, "runs": runs, "workloads": {}}
     for name, wl in workloads(args.quick).items():
         directory = tempfile.mkdtemp(prefix=f"prov-{name}-")
-        per_file = -(-len(wl["rows"]) // wl["files"])
-        workload.write_files(wl["rows"], directory, per_file)
-        outs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-        for f, order in enumerate(run_orders(CONFIGS, forks)):
-            for config in order:
-                outs[config].append(fork(name, config, directory, args.quick, warm, runs))
-                print(f"{name} fork {f} {config}: {', '.join(f'{x:.0f}' for x in outs[config][-1]['rows_per_s'])} "
-                      "rows/s", flush=True)
+        try:
+            workload.write_files(wl["rows"], directory, -(-len(wl["rows"]) // wl["files"]))
+            outs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+            for f, order in enumerate(run_orders(CONFIGS, forks)):
+                for config in order:
+                    outs[config].append(fork(name, config, directory, args.quick, warm, runs))
+                    print(f"{name} fork {f} {config}: "
+                          f"{', '.join(f'{x:.0f}' for x in outs[config][-1]['rows_per_s'])} rows/s", flush=True)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
         results["workloads"][name] = summarize(wl, outs)
     publish("provenance_quick" if args.quick else "provenance", results, _markdown(results), _figure(results),
             targets=targets(results))
