@@ -56,8 +56,8 @@ def run_orders(items, reps: int) -> list[tuple]:
     no-provenance run followed ANK-N in 9 of 12 repetitions, backward in none, and
     no-provenance came out the slower of the two (2026-11-25 and -27). Normalized by
     its repetition's mean, a run right after ANK-N was 2-6 % slower than one that was
-    not (the 2026-11-27 run, 12 repetitions; nothing of ANK-N's kept running after it:
-    0.1-0.2 core-seconds over the next 4 idle seconds). Alternated in one JVM, the JIT's
+    not (12 repetitions in mirrored rotations, 2026-11-27; nothing of ANK-N's kept
+    running after it: 0.1-0.2 core-seconds over the next 4 idle seconds). Alternated in one JVM, the JIT's
     CPU falling from 5.7 to 1.8 core-seconds a run over eight runs, whichever of the two
     ran second was the faster in 3 of 4 pairs.
 
