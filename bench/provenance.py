@@ -55,22 +55,27 @@ from bench.report import ROOT, exit_code, publish, run_orders, target
 CONFIGS = ("np", "backward", "ank1", "ankn")
 
 
-def workloads(quick: bool) -> dict:
-    lr_rows = linear_road.generate(vehicles=60 if quick else 500, minutes=14 if quick else 205,
-                                   breakdowns=4 if quick else 12, accidents=2 if quick else 6)
-    end = lr_rows[-1]["ts"]
-    lr_rows += workload.flush_rows({"vid": -1, "speed": 0.0, "xway": 9, "lane": 1, "dir": 0, "seg": 0, "pos": -1},
-                                   [end + timedelta(minutes=10), end + timedelta(minutes=20)])
-    sg_rows = smart_grid.generate(meters=20 if quick else 600, days=4 if quick else 14, blackouts=3 if quick else 12,
-                                  anomalies=4 if quick else 16)
-    end = sg_rows[-1]["ts"]
-    sg_rows += workload.flush_rows({"meter": -1, "value": 5.0}, [end + timedelta(days=3), end + timedelta(days=5)])
-    return {
-        "linear_road": dict(module=linear_road, rows=lr_rows, files=4 if quick else -(-len(lr_rows) // 10_000),
-                            lateness="30 seconds", kwargs={}),
-        "smart_grid": dict(module=smart_grid, rows=sg_rows, files=4 if quick else -(-len(sg_rows) // 10_000),
-                           lateness="1 hour", kwargs={"min_meters": 0}),
-    }
+def linear_road_workload(quick: bool) -> dict:
+    rows = linear_road.generate(vehicles=60 if quick else 500, minutes=14 if quick else 205,
+                                breakdowns=4 if quick else 12, accidents=2 if quick else 6)
+    end = rows[-1]["ts"]
+    rows += workload.flush_rows({"vid": -1, "speed": 0.0, "xway": 9, "lane": 1, "dir": 0, "seg": 0, "pos": -1},
+                                [end + timedelta(minutes=10), end + timedelta(minutes=20)])
+    return dict(module=linear_road, rows=rows, files=4 if quick else -(-len(rows) // 10_000),
+                lateness="30 seconds", kwargs={})
+
+
+def smart_grid_workload(quick: bool) -> dict:
+    rows = smart_grid.generate(meters=20 if quick else 600, days=4 if quick else 14, blackouts=3 if quick else 12,
+                               anomalies=4 if quick else 16)
+    end = rows[-1]["ts"]
+    rows += workload.flush_rows({"meter": -1, "value": 5.0}, [end + timedelta(days=3), end + timedelta(days=5)])
+    return dict(module=smart_grid, rows=rows, files=4 if quick else -(-len(rows) // 10_000),
+                lateness="1 hour", kwargs={"min_meters": 0})
+
+
+#: each workload's builder: a fork generates only the one it runs
+WORKLOADS = {"linear_road": linear_road_workload, "smart_grid": smart_grid_workload}
 
 
 def run_once(spark, wl: dict, directory: str, config: str) -> dict:
@@ -152,7 +157,7 @@ def fork_main(name: str, config: str, directory: str, quick: bool, warm: int, ru
     from moirae.spark import spark_session
 
     spark = spark_session(app_name=f"bench-provenance-{name}-{config}")
-    wl = workloads(quick)[name]
+    wl = WORKLOADS[name](quick)
     for _ in range(warm):
         run_once(spark, wl, directory, config)
     measured = [run_once(spark, wl, directory, config) for _ in range(runs)]
@@ -195,7 +200,8 @@ def main(argv=None) -> dict:
         raise SystemExit(0)
 
     results: dict = {"quick": args.quick, "forks": forks, "warm": warm, "runs": runs, "workloads": {}}
-    for name, wl in workloads(args.quick).items():
+    for name, build in WORKLOADS.items():
+        wl = build(args.quick)
         directory = tempfile.mkdtemp(prefix=f"prov-{name}-")
         try:
             workload.write_files(wl["rows"], directory, -(-len(wl["rows"]) // wl["files"]))
