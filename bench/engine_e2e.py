@@ -421,7 +421,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         register_cluster_source(spark)
         for stream in STREAMS:
             engine.source(stream, source(spark, stream, until), ts="ts", lateness="1 minute",
-                          indexes=INDEXES[stream])
+                          indexes=INDEXES[stream], sparse=True)  # as moirae.scenarios.cluster
         if config in ("full", "full_own"):
             from moirae.materialize import rematerialize
 

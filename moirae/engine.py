@@ -28,6 +28,7 @@ from moirae.config import Settings
 from moirae.deploy import DeployManager
 from moirae.errorlog import log_dir
 from moirae.hybrid import context_stream
+from moirae.idle import idle_tick
 from moirae.persist import contributing_view
 from moirae.spark import spark_session
 from moirae.store import database_dsn
@@ -35,6 +36,11 @@ from moirae.supervise import LiveQuery, Supervisor
 from scheduler.errors import MoiraeError
 
 log = logging.getLogger(__name__)
+
+#: how often a wait asks Spark whether a lagging sparse source's archive query is idle
+IDLE_POLL_S = 0.05
+#: how late after its tick a trigger may start (the status before it is not yet its own)
+IDLE_SLACK_S = 0.25
 
 class EngineError(MoiraeError, RuntimeError):
     """An engine operation that cannot be done in the engine's current state."""
@@ -52,6 +58,8 @@ class _Source:
     last_watermark: datetime | None = None
     layout: Any = None  # archive_layout without the watermark (a shared read's plan starts from it)
     shared_by: str | None = None  # the event-query whose read archives this source (archive.shared)
+    sparse: bool = False  # never lags the other inputs: an idle trigger means caught up (moirae.idle)
+    started: float = float("inf")  # wall time its archive query started
 
 
 class Engine:
@@ -106,10 +114,18 @@ class Engine:
     # -- sources ---------------------------------------------------------------------
 
     def source(self, name: str, df, ts: str, lateness: str = "10 seconds", indexes=(),
-               retention: RetentionPolicy | None = None):
+               retention: RetentionPolicy | None = None, sparse: bool = False):
         """Register a streaming DataFrame as the archived source stream ``name``, with
         event-time column ``ts`` and an allowed lateness (its watermark delay). Returns
-        the DataFrame with its watermark, for event-queries to build on."""
+        the DataFrame with its watermark, for event-queries to build on.
+
+        ``sparse``: the source may have nothing new for a while but never lags the other
+        sources (what it delivers by an instant covers every event time up to the other
+        sources' at that instant). Waits for its archive then end as soon as a trigger
+        of its archive query finds nothing new (:mod:`moirae.idle`), instead of waiting
+        out their timeout when its offsets stand still (Kafka, files, a bounded replay at
+        its end). Leave it off for an input that may arrive late: the wait is what lets
+        its late rows into contexts."""
         if name in self._sources:
             raise EngineError(f"source {name!r} is already registered")
         if not df.isStreaming:
@@ -122,7 +138,7 @@ class Engine:
         watermarked = typed.withWatermark(ts, lateness)
         layout = archive_layout(df, spec)
         self._sources[name] = _Source(name, watermarked, ts, lateness, list(spec.columns),
-                                      layout.withWatermark(ts, lateness), layout=layout)
+                                      layout.withWatermark(ts, lateness), layout=layout, sparse=sparse)
         if self.started:
             self._start_source(self._sources[name])
         return watermarked
@@ -173,6 +189,7 @@ class Engine:
             write(df, batch_id)
             self._batch_done(n, started)
 
+        src.started = time.time()
         src.query = (src.archived.writeStream.queryName(f"archive_{src.name}")
                      .foreachBatch(batch)
                      .option("checkpointLocation", str(self.checkpoint_dir(src.name)))
@@ -256,7 +273,10 @@ class Engine:
         trigger tick. Spark starts the batches of every query on the same trigger ticks
         (multiples of the interval), reading each source at that instant: a sparse
         source with nothing new at the tick the events were detected has nothing more
-        up to the events' time either (sources delivering in event-time order). A wait
+        up to the events' time either (sources delivering in event-time order). A
+        source registered ``sparse`` whose offsets stand still runs no empty batch: the
+        wait asks Spark every ``IDLE_POLL_S`` whether its archive query found nothing
+        new at such a tick (:meth:`_probe_idle`). A wait
         that times out is logged and counted per lagging stream (:meth:`live_status`);
         the caller goes on with what is archived."""
         live = [s for s in dict.fromkeys(streams)
@@ -274,11 +294,28 @@ class Engine:
             return [s for s in live if (self._archived_upto.get(s) is None or self._archived_upto[s] < ts)
                     and not caught_up(s)]
 
+        probe = [s for s in live if self._sources[s].sparse and self._sources[s].query is not None]
+        deadline = t0 + timeout
         token = object()
         with self._archived_cond:
             self._waiting[token] = (ts, lagging())
             try:
-                ok = self._archived_cond.wait_for(lambda: not lagging(), timeout)
+                while True:
+                    ok = not lagging()
+                    left = deadline - time.monotonic()
+                    if ok or left <= 0:
+                        break
+                    asked = [s for s in lagging() if s in probe]
+                    if asked:  # Spark's status, outside the lock the archive callbacks take
+                        self._archived_cond.release()
+                        try:
+                            self._probe_idle(asked)
+                        finally:
+                            self._archived_cond.acquire()
+                    ok = self._archived_cond.wait_for(lambda: not lagging(),
+                                                      min(left, IDLE_POLL_S) if asked else left)
+                    if ok:
+                        break
             finally:
                 del self._waiting[token]
             late = [] if ok else lagging()
@@ -296,6 +333,24 @@ class Engine:
                         "latest rows (archived up to %s)", timeout, late, ts.isoformat(), f" ({why})" if why else "",
                         {s: str(self._archived_upto.get(s)) for s in late})
         return ok
+
+    def _probe_idle(self, names: list[str]) -> None:
+        """Mark the sparse sources among ``names`` whose archive query found nothing new
+        at a trigger tick as caught up at that tick (:func:`moirae.idle.idle_tick`)."""
+        interval = self.settings.spark.trigger.total_seconds()
+        for name in names:
+            src = self._sources[name]
+            try:
+                tick = idle_tick(src.query, src.started, interval, time.time(), max(IDLE_SLACK_S, interval / 2))
+            except Exception as e:  # noqa: BLE001 - a stopped query, a JVM gone: wait as without the probe
+                log.debug("moirae: could not read the status of %s's archive query: %s", name, e)
+                continue
+            if tick is None:
+                continue
+            with self._archived_cond:
+                if tick > self._caught_up.get(name, float("-inf")):
+                    self._caught_up[name] = tick
+                    self._archived_cond.notify_all()
 
     def _tick(self, wall: float) -> int:
         """The trigger tick (ms, a multiple of the trigger interval) a batch begun at

@@ -26,7 +26,7 @@ PACKAGES = ("scheduler", "similarity", "archive", "ananke", "recall", "moirae")
 WITH_EXAMPLES = frozenset("""
 ananke.ank1 ananke.digest ananke.graph ananke.ids ananke.items ananke.spark_adapter ananke.store
 archive.abc archive.chunk_copy archive.chunks archive.contributors archive.copy archive.exec_sink archive.exec_stream archive.history archive.history_plan archive.index_claims archive.names archive.pg archive.shared archive.types archive.validate
-moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.context_sql moirae.errorlog moirae.event_worker moirae.incidents
+moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.context_sql moirae.errorlog moirae.event_worker moirae.idle moirae.incidents
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
 moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.supervise moirae.python_launcher moirae.resolution_cache moirae.views moirae.worker_daemon
 recall.aggregate recall.aggregate_expr recall.manager_fifo recall.operator recall.outputs recall.revision_ops

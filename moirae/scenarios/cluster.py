@@ -64,7 +64,9 @@ def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str 
     for stream in STREAMS:
         df = (spark.readStream.format(FORMAT).option("config", str(path)).option("stream", stream)
               .options(**(live_options or {})).load().drop("ingest_ts"))
-        engine.source(stream, df, ts="ts", lateness="1 minute", indexes=INDEXES[stream])
+        # one generator paces every stream: a stream whose offsets stand still has ended
+        # (``until``), so it is sparse (moirae.idle), never lagging
+        engine.source(stream, df, ts="ts", lateness="1 minute", indexes=INDEXES[stream], sparse=True)
     loaded = load_history(engine, scenario, progress) if live or materialize else 0
     deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
     done = []

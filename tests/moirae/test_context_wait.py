@@ -94,6 +94,38 @@ def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypa
         engine.close()
 
 
+def test_a_sparse_input_with_nothing_new_ends_the_wait_without_its_timeout(spark, pg, tmp_path, monkeypatch):
+    """A context input declared sparse whose file source has nothing new runs no batch
+    at all (its offsets stand still); the wait asks Spark whether its archive query found
+    nothing new at a tick after the events' and ends there, counted as caught up, not
+    timed out (moirae.idle). The same input not declared sparse times out (above)."""
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    m_dir, u_dir = tmp_path / "metrics", tmp_path / "users"
+    m_dir.mkdir()
+    u_dir.mkdir()
+    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
+                                spark={"trigger": "500ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
+    try:
+        metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(m_dir))
+        users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(u_dir))
+        engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])
+        engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)], sparse=True)
+        engine.event_query("overload", overload, inputs=["metrics"])
+        engine.context_query("overload", users_context, inputs=["users"], name="users", window="30s")
+        _csv(u_dir, "u0.csv", {"ts": [1.0], "sid": ["s1"], "user": ["alice"]})
+        engine.start()
+        _until("users archived", lambda: "users" in engine.live_status()["archived_upto"])
+        _csv(m_dir, "m0.csv", {"ts": [2.0, 5.0, 9.0, 60.0], "sid": ["s1", "s1", "s1", "s2"],
+                               "bw": [500.0, 500.0, 500.0, 1.0]})
+        eid = _until("the event", lambda: engine.deploy.events.list(event="overload"))[0].eid
+        assert [t["user"] for t in engine.deploy.events.get(eid).context] == ["alice"]
+        waits = engine.live_status()["archive_waits"]
+        assert waits["timed_out"] == 0 and waits["timeouts_by_stream"] == {}
+        assert waits["caught_up_idle"] >= 1
+    finally:
+        engine.close()
+
+
 def test_events_archived_but_never_processed_are_recovered_at_start(spark, pg, tmp_path, monkeypatch):
     """A crash after Spark committed a batch, before the event worker processed it: the
     events are in ev_<name> but not in the event log; recovery processes them once."""
