@@ -52,8 +52,9 @@ def _until(what, cond, timeout=90):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypatch):
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+def _users_engine(spark, pg, tmp_path, sparse: bool):
+    """An engine over two file sources, ``metrics`` (the overload event-query's input)
+    and ``users`` (its context input, ``sparse`` as given), trigger 500 ms."""
     m_dir, u_dir = tmp_path / "metrics", tmp_path / "users"
     m_dir.mkdir()
     u_dir.mkdir()
@@ -63,15 +64,30 @@ def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypa
         metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(m_dir))
         users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(u_dir))
         engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])
-        engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)])
+        engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)], sparse=sparse)
         engine.event_query("overload", overload, inputs=["metrics"])
         engine.context_query("overload", users_context, inputs=["users"], name="users", window="30s")
-        _csv(u_dir, "u0.csv", {"ts": [1.0], "sid": ["s1"], "user": ["alice"]})
-        engine.start()
-        _until("users archived", lambda: "users" in engine.live_status()["archived_upto"])
-        # window [0, 10) of s1 overloads; the row at 60 s moves the watermark past it
-        _csv(m_dir, "m0.csv", {"ts": [2.0, 5.0, 9.0, 60.0], "sid": ["s1", "s1", "s1", "s2"],
-                               "bw": [500.0, 500.0, 500.0, 1.0]})
+    except BaseException:
+        engine.close()
+        raise
+    return engine, m_dir, u_dir
+
+
+def _start_then_overload(engine, m_dir, u_dir) -> None:
+    """Archive alice's login (1 s), start, then overload s1's window [0, 10): the row at
+    60 s moves the watermark past it."""
+    _csv(u_dir, "u0.csv", {"ts": [1.0], "sid": ["s1"], "user": ["alice"]})
+    engine.start()
+    _until("users archived", lambda: "users" in engine.live_status()["archived_upto"])
+    _csv(m_dir, "m0.csv", {"ts": [2.0, 5.0, 9.0, 60.0], "sid": ["s1", "s1", "s1", "s2"],
+                           "bw": [500.0, 500.0, 500.0, 1.0]})
+
+
+def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypatch):
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    engine, m_dir, u_dir = _users_engine(spark, pg, tmp_path, sparse=False)
+    try:
+        _start_then_overload(engine, m_dir, u_dir)
 
         def waiting_for_users():
             return [w for w in engine.live_status()["archive_waits"]["now"] if "users" in w["streams"]]
@@ -100,23 +116,9 @@ def test_a_sparse_input_with_nothing_new_ends_the_wait_without_its_timeout(spark
     nothing new at a tick after the events' and ends there, counted as caught up, not
     timed out (moirae.idle). The same input not declared sparse times out (above)."""
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    m_dir, u_dir = tmp_path / "metrics", tmp_path / "users"
-    m_dir.mkdir()
-    u_dir.mkdir()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "500ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
+    engine, m_dir, u_dir = _users_engine(spark, pg, tmp_path, sparse=True)
     try:
-        metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(m_dir))
-        users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(u_dir))
-        engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])
-        engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)], sparse=True)
-        engine.event_query("overload", overload, inputs=["metrics"])
-        engine.context_query("overload", users_context, inputs=["users"], name="users", window="30s")
-        _csv(u_dir, "u0.csv", {"ts": [1.0], "sid": ["s1"], "user": ["alice"]})
-        engine.start()
-        _until("users archived", lambda: "users" in engine.live_status()["archived_upto"])
-        _csv(m_dir, "m0.csv", {"ts": [2.0, 5.0, 9.0, 60.0], "sid": ["s1", "s1", "s1", "s2"],
-                               "bw": [500.0, 500.0, 500.0, 1.0]})
+        _start_then_overload(engine, m_dir, u_dir)
         eid = _until("the event", lambda: engine.deploy.events.list(event="overload"))[0].eid
         assert [t["user"] for t in engine.deploy.events.get(eid).context] == ["alice"]
         waits = engine.live_status()["archive_waits"]
