@@ -354,7 +354,7 @@ def finished_at(progresses: list[dict], until_ns: int, name: str = "query") -> f
     raise RuntimeError(f"{name}: no recent progress reached {until_ns} (the progress history rolled over?)")
 
 
-def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str, rounds: int = 3) -> dict:
+def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str, rounds: int = 4) -> dict:
     from ananke.query import ProvQuery
     from moirae.scenarios.cluster import INDEXES, load_history
     from moirae.scenarios.queries import deploy_queries, overload_query
@@ -730,7 +730,8 @@ def main(argv=None) -> int:
     ap.add_argument("--soak", type=float, default=None, help="minutes of the live run (default 10; quick 1)")
     ap.add_argument("--live-hours", type=float, default=None, help="scenario hours of the throughput span")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="runs of each throughput config, interleaved (default 3; quick 1)")
+                    help="runs of each throughput config, interleaved (default 4, one cycle of "
+                         "bench.report.run_orders for the four configs; quick 1)")
     ap.add_argument("--latency-only", action="store_true",
                     help="run only the live run (latency, memory) and print it; nothing is published")
     ap.add_argument("--trigger", type=float, default=None,
@@ -750,7 +751,7 @@ def main(argv=None) -> int:
         try:
             path = scenario_file(tmp, days=1 if quick else 3, servers=4 if quick else 8, speedup=300)
             tp = None if args.latency_only else throughput(b, path, live_hours, span_s=3600 if quick else 3 * 3600,
-                                                           trigger="100ms", rounds=args.rounds or (1 if quick else 3))
+                                                           trigger="100ms", rounds=args.rounds or (1 if quick else 4))
             live = retry(lambda: live_run(b, path, minutes, sample_s=2.0 if quick else 5.0,
                                                    trigger_s=args.trigger), "live run")
         finally:

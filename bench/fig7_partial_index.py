@@ -129,7 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--size-mb", type=float, help="archive size (default 1100, quick 40)")
     ap.add_argument("--chunk-mb", type=float, default=5.0)
     ap.add_argument("--reps", type=int, help="sid values per point (default 7, quick 5)")
-    ap.add_argument("--rounds", type=int, default=3, help="alternations of the three layouts")
+    ap.add_argument("--rounds", type=int, default=6,
+                    help="alternations of the three layouts (6: one whole cycle of bench.report.run_orders)")
     ap.add_argument("--best-of", type=int, default=2, help="repeats per (k, sid); the fastest counts")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark schema")
     args = ap.parse_args(argv)

@@ -78,8 +78,9 @@ def whole_archive(db, factor: int, i: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small smoke size")
-    ap.add_argument("--events", type=int, default=30, help="events per size")
-    ap.add_argument("--whole", type=int, default=5, help="whole-archive queries per size")
+    # multiples of 4, whole cycles of run_orders over the four sizes (its balance needs them)
+    ap.add_argument("--events", type=int, default=32, help="events per size")
+    ap.add_argument("--whole", type=int, default=8, help="whole-archive queries per size")
     args = ap.parse_args(argv)
     rows_per_chunk = 10_000 if args.quick else 100_000
     base_chunks = 10

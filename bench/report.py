@@ -61,6 +61,11 @@ def run_orders(items, reps: int) -> list[tuple]:
     CPU falling from 5.7 to 1.8 core-seconds a run over eight runs, whichever of the two
     ran second was the faster in 3 of 4 pairs.
 
+    The balance holds over whole cycles only: give ``reps`` a multiple of the cycle.
+    fig7_partial_index ran three rounds of its three layouts, half a cycle, in which the
+    fully indexed layout ran right after the half indexed one in two rounds of three
+    (2026-11-27).
+
     >>> run_orders("abcd", 4)
     [('a', 'b', 'd', 'c'), ('b', 'c', 'a', 'd'), ('c', 'd', 'b', 'a'), ('d', 'a', 'c', 'b')]
     >>> run_orders("abc", 3)
