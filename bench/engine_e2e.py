@@ -356,7 +356,7 @@ def finished_at(progresses: list[dict], until_ns: int, name: str = "query") -> f
 
 def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str, rounds: int = 4) -> dict:
     from ananke.query import ProvQuery
-    from moirae.scenarios.cluster import INDEXES, load_history
+    from moirae.scenarios.cluster import load_history, register_sources
     from moirae.scenarios.queries import deploy_queries, overload_query
     from moirae.sources.cluster import STREAMS, ClusterScenario
     from moirae.sources.cluster_config import load_cluster_config
@@ -417,11 +417,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         # metrics source read twice), against full's shared read (archive.shared)
         own = {"archive": {"shared_read": False}} if config == "full_own" else {}
         engine = b.engine(config, **overrides, **own)
-        spark = engine.spark
-        register_cluster_source(spark)
-        for stream in STREAMS:
-            engine.source(stream, source(spark, stream, until), ts="ts", lateness="1 minute",
-                          indexes=INDEXES[stream], sparse=True)  # as moirae.scenarios.cluster
+        register_sources(engine, path, {"speedup": "max", "until": until, "maxSpanSeconds": str(span_s)})
         if config in ("full", "full_own"):
             from moirae.materialize import rematerialize
 

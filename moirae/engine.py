@@ -28,7 +28,7 @@ from moirae.config import Settings
 from moirae.deploy import DeployManager
 from moirae.errorlog import log_dir
 from moirae.hybrid import context_stream
-from moirae.idle import idle_tick
+from moirae.idle import idle_tick, tick_ms
 from moirae.persist import contributing_view
 from moirae.spark import spark_session
 from moirae.store import database_dsn
@@ -300,25 +300,18 @@ class Engine:
         with self._archived_cond:
             self._waiting[token] = (ts, lagging())
             try:
-                while True:
-                    ok = not lagging()
-                    left = deadline - time.monotonic()
-                    if ok or left <= 0:
-                        break
-                    asked = [s for s in lagging() if s in probe]
+                while (late := lagging()) and (left := deadline - time.monotonic()) > 0:
+                    asked = [s for s in late if s in probe]
                     if asked:  # Spark's status, outside the lock the archive callbacks take
                         self._archived_cond.release()
                         try:
                             self._probe_idle(asked)
                         finally:
                             self._archived_cond.acquire()
-                    ok = self._archived_cond.wait_for(lambda: not lagging(),
-                                                      min(left, IDLE_POLL_S) if asked else left)
-                    if ok:
-                        break
+                    self._archived_cond.wait_for(lambda: not lagging(), min(left, IDLE_POLL_S) if asked else left)
             finally:
                 del self._waiting[token]
-            late = [] if ok else lagging()
+            ok = not late
             idle = [s for s in live if s not in late and (self._archived_upto.get(s) is None
                                                            or self._archived_upto[s] < ts)]
             self.waits["caught_up_idle"] += len(idle)
@@ -355,8 +348,7 @@ class Engine:
     def _tick(self, wall: float) -> int:
         """The trigger tick (ms, a multiple of the trigger interval) a batch begun at
         ``wall`` (epoch s) belongs to."""
-        ms = max(1, int(self.settings.spark.trigger.total_seconds() * 1000))
-        return int(wall * 1000) // ms * ms
+        return tick_ms(wall, self.settings.spark.trigger.total_seconds())
 
     def live_status(self) -> dict[str, Any]:
         """The live path's own health: archive waits (count, time, timeouts per stream) and

@@ -40,10 +40,19 @@ def idle_tick(query, started: float, interval_s: float, now: float, slack_s: flo
     if _key(before) != _key(after):
         return None
     end = max(started, _batch_end(after))
-    ms = max(1, round(interval_s * 1000))
-    tick_ms = int((now - slack_s) * 1000) // ms * ms
-    tick = (tick_ms + 0.5) / 1000
+    tick = (tick_ms(now - slack_s, interval_s) + 0.5) / 1000
     return tick if tick > end else None
+
+
+def tick_ms(wall: float, interval_s: float) -> int:
+    """The trigger tick (epoch ms, a multiple of the interval) that the instant ``wall``
+    (epoch s) falls in.
+
+    >>> tick_ms(1.2345, 0.1)
+    1200
+    """
+    ms = max(1, round(interval_s * 1000))
+    return int(wall * 1000) // ms * ms
 
 
 def _key(progress) -> tuple | None:

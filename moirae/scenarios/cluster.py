@@ -52,13 +52,9 @@ def load_history(engine, scenario: ClusterScenario, progress: bool = True) -> in
     return rows
 
 
-def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str | Path | None = None,
-           materialize: bool = True, live_options: dict[str, str] | None = None) -> dict:
-    """Deploy the scenario. ``live_options``: extra ``moirae_cluster`` source options for
-    every live stream (e.g. ``{"until": ...}`` for a bounded, reproducible run)."""
-    path = Path(scenario_file or DEFAULT_FILE).resolve()
-    cfg = load_cluster_config(path)
-    scenario = ClusterScenario(cfg)
+def register_sources(engine, path: str | Path, live_options: dict[str, str] | None = None) -> None:
+    """Register the scenario's live streams with ``engine``: the ``moirae_cluster`` source
+    over the scenario file ``path``, with extra source options ``live_options``."""
     spark = engine.spark
     register_cluster_source(spark)
     for stream in STREAMS:
@@ -67,6 +63,16 @@ def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str 
         # one generator paces every stream: a stream whose offsets stand still has ended
         # (``until``), so it is sparse (moirae.idle), never lagging
         engine.source(stream, df, ts="ts", lateness="1 minute", indexes=INDEXES[stream], sparse=True)
+
+
+def deploy(engine, live: bool = True, progress: bool = True, scenario_file: str | Path | None = None,
+           materialize: bool = True, live_options: dict[str, str] | None = None) -> dict:
+    """Deploy the scenario. ``live_options``: extra ``moirae_cluster`` source options for
+    every live stream (e.g. ``{"until": ...}`` for a bounded, reproducible run)."""
+    path = Path(scenario_file or DEFAULT_FILE).resolve()
+    cfg = load_cluster_config(path)
+    scenario = ClusterScenario(cfg)
+    register_sources(engine, path, live_options)
     loaded = load_history(engine, scenario, progress) if live or materialize else 0
     deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
     done = []
