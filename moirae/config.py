@@ -55,7 +55,7 @@ def _positive(v, key):
 
 
 def _non_negative(v, key):
-    if v < 0:
+    if v < (timedelta(0) if isinstance(v, timedelta) else 0):
         raise ValueError("must be >= 0")
 
 
@@ -91,6 +91,7 @@ class SparkSettings:
     ui: bool = False
     shuffle_partitions: int = field(default=2, metadata=_check(_positive))
     trigger: timedelta = field(default=timedelta(seconds=1), metadata=_check(_positive))
+    stop_grace: timedelta = field(default=timedelta(seconds=10), metadata=_check(_non_negative))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from moirae import config as config_mod
 from moirae.config import Settings
 from moirae.deploy import DeployManager
 from moirae.errorlog import log_dir
+from moirae.graceful_stop import stop_between_batches
 from moirae.hybrid import context_stream
 from moirae.idle import idle_tick, tick_ms
 from moirae.persist import contributing_view
@@ -426,9 +427,10 @@ class Engine:
         for name in self._sources:
             self.watermark(name)  # remember the last watermarks before the queries go
         self.deploy.stop()
+        grace = self.settings.spark.stop_grace.total_seconds()
         for src in self._sources.values():
             if src.query is not None:
-                src.query.stop()
+                stop_between_batches(src.query, grace)
                 src.query = None
         if self._maintenance is not None:
             self._maintenance.join(timeout=10)

@@ -37,6 +37,7 @@ from ananke.store import GraphStore
 from archive.shared import SharedArchive
 from archive.spark_sink import spec_from_spark_schema
 from archive.validate import storable_rows
+from moirae.graceful_stop import stop_between_batches
 from moirae.hybrid import EventQuery, QueryDefinitionError, event_stream
 from moirae.window_provenance import ArchiveResolver
 
@@ -166,11 +167,13 @@ class EventFlow:
         return self.streaming
 
     def stop(self) -> None:
+        """Stop the query (and ANK-N's) between micro-batches, within ``spark.stop_grace``."""
+        grace = self.engine.settings.spark.stop_grace.total_seconds()
         if self.streaming is not None:
-            self.streaming.stop()
+            stop_between_batches(self.streaming, grace)
             self.streaming = None
         if self.ankn_streaming is not None:
-            self.ankn_streaming.stop()
+            stop_between_batches(self.ankn_streaming, grace)
             self.ankn_streaming = None
         if self.resolver is not None:
             self.resolver.stop()

@@ -62,6 +62,7 @@ EFFECTS: dict[str, Effect] = {
     "spark.ui": Effect("tests/moirae/test_config_effects.py::test_spark_master_and_ui_reach_the_session"),
     "spark.shuffle_partitions": Effect("tests/moirae/test_config_effects.py::test_shuffle_partitions_and_trigger"),
     "spark.trigger": Effect("tests/moirae/test_config_effects.py::test_shuffle_partitions_and_trigger"),
+    "spark.stop_grace": Effect("tests/moirae/test_graceful_stop.py::test_engine_stop_honours_spark_stop_grace"),
     "postgres.dsn": Effect("tests/test_config_keys.py::test_probe", "DSN", lambda e: e.db.dsn),
     "postgres.schema": Effect("tests/test_config_keys.py::test_probe", "other_schema",
                               lambda e: e.archiver.db.schema),
