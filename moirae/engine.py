@@ -295,7 +295,7 @@ class Engine:
             return [s for s in live if (self._archived_upto.get(s) is None or self._archived_upto[s] < ts)
                     and not caught_up(s)]
 
-        probe = [s for s in live if self._sources[s].sparse and self._sources[s].query is not None]
+        probe = [s for s in live if self._sources[s].sparse]
         deadline = t0 + timeout
         token = object()
         with self._archived_cond:
@@ -328,14 +328,30 @@ class Engine:
                         {s: str(self._archived_upto.get(s)) for s in late})
         return ok
 
+    def _archive_query(self, src: _Source):
+        """The streaming query that archives ``src`` and the wall time it started: its own
+        archive query, or the event-query whose read archives it (:mod:`archive.shared`);
+        (None, inf) when neither runs."""
+        if src.shared_by is None:
+            return src.query, src.started
+        flow = self.deploy.flows.get(src.shared_by)
+        if flow is None or flow.streaming is None:
+            return None, float("inf")
+        return flow.streaming, flow.started
+
     def _probe_idle(self, names: list[str]) -> None:
         """Mark the sparse sources among ``names`` whose archive query found nothing new
-        at a trigger tick as caught up at that tick (:func:`moirae.idle.idle_tick`)."""
+        at a trigger tick as caught up at that tick (:func:`moirae.idle.idle_tick`). A
+        source an event-query's read archives is probed through that query: a trigger of
+        it that found nothing new found nothing in any of its inputs, and each batch
+        commits the shared inputs' rows before it ends."""
         interval = self.settings.spark.trigger.total_seconds()
         for name in names:
-            src = self._sources[name]
+            query, started = self._archive_query(self._sources[name])
+            if query is None:
+                continue
             try:
-                tick = idle_tick(src.query, src.started, interval, time.time(), max(IDLE_SLACK_S, interval / 2))
+                tick = idle_tick(query, started, interval, time.time(), max(IDLE_SLACK_S, interval / 2))
             except Exception as e:  # noqa: BLE001 - a stopped query, a JVM gone: wait as without the probe
                 log.debug("moirae: could not read the status of %s's archive query: %s", name, e)
                 continue
@@ -455,10 +471,7 @@ class Engine:
         src = self._sources.get(name)
         if src is None:
             return None
-        query = src.query
-        if src.shared_by is not None:  # the watermark of the event-query that reads (and archives) it
-            flow = self.deploy.flows.get(src.shared_by)
-            query = flow.streaming if flow is not None else None
+        query = self._archive_query(src)[0]  # a shared source: the event-query's watermark
         if query is not None and query.lastProgress is not None:
             wm = (query.lastProgress.get("eventTime") or {}).get("watermark")
             if wm:

@@ -104,6 +104,7 @@ class EventFlow:
         self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver, resolve=self.resolver)
                         if self.logic is not None else None)
         self.streaming = None
+        self.started = float("inf")  # wall time its streaming query started (moirae.idle)
         self._batch_started: float | None = None
         self.events_seen = 0
         self.seconds = {"archive": 0.0, "wait": 0.0, "contexts": 0.0, "events": 0.0}  # summed over batches
@@ -155,6 +156,7 @@ class EventFlow:
                     sh.end(sc)
             self._commit_shared(int(batch_id))  # a replay that delivered nothing still commits
 
+        self.started = time.time()  # wall clock, for the idle probe of the inputs its read archives
         self.streaming = (writer.queryName(f"event_{self.query.name}").foreachBatch(fn)
                           .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
         if self.adapter is not None:

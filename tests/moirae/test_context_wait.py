@@ -52,9 +52,15 @@ def _until(what, cond, timeout=90):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _users_engine(spark, pg, tmp_path, sparse: bool):
+def logins(u):
+    """An event-query over ``users`` (which then archives it through its read)."""
+    return u.filter(F.col("user") == "root").with_column("eid", F.concat_ws(":", F.col("sid"), F.col("ts")))
+
+
+def _users_engine(spark, pg, tmp_path, sparse: bool, shared_users: bool = False):
     """An engine over two file sources, ``metrics`` (the overload event-query's input)
-    and ``users`` (its context input, ``sparse`` as given), trigger 500 ms."""
+    and ``users`` (its context input, ``sparse`` as given; with ``shared_users`` also the
+    input of a second event-query, ``logins``, whose read archives it), trigger 500 ms."""
     m_dir, u_dir = tmp_path / "metrics", tmp_path / "users"
     m_dir.mkdir()
     u_dir.mkdir()
@@ -66,6 +72,8 @@ def _users_engine(spark, pg, tmp_path, sparse: bool):
         engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])
         engine.source("users", users, ts="ts", lateness="1 second", indexes=[("sid",)], sparse=sparse)
         engine.event_query("overload", overload, inputs=["metrics"])
+        if shared_users:
+            engine.event_query("logins", logins, inputs=["users"])
         engine.context_query("overload", users_context, inputs=["users"], name="users", window="30s")
     except BaseException:
         engine.close()
@@ -110,14 +118,19 @@ def test_context_waits_for_a_lagging_context_input(spark, pg, tmp_path, monkeypa
         engine.close()
 
 
-def test_a_sparse_input_with_nothing_new_ends_the_wait_without_its_timeout(spark, pg, tmp_path, monkeypatch):
+@pytest.mark.parametrize("shared_users", [False, True], ids=["own_archive_query", "archived_by_an_event_query"])
+def test_a_sparse_input_with_nothing_new_ends_the_wait_without_its_timeout(spark, pg, tmp_path, monkeypatch,
+                                                                            shared_users):
     """A context input declared sparse whose file source has nothing new runs no batch
     at all (its offsets stand still); the wait asks Spark whether its archive query found
     nothing new at a tick after the events' and ends there, counted as caught up, not
-    timed out (moirae.idle). The same input not declared sparse times out (above)."""
+    timed out (moirae.idle). The same input not declared sparse times out (above). An
+    input archived by another event-query's read (archive.shared) is asked about through
+    that event-query."""
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    engine, m_dir, u_dir = _users_engine(spark, pg, tmp_path, sparse=True)
+    engine, m_dir, u_dir = _users_engine(spark, pg, tmp_path, sparse=True, shared_users=shared_users)
     try:
+        assert (engine._sources["users"].shared_by == "logins") is shared_users
         _start_then_overload(engine, m_dir, u_dir)
         eid = _until("the event", lambda: engine.deploy.events.list(event="overload"))[0].eid
         assert [t["user"] for t in engine.deploy.events.get(eid).context] == ["alice"]
