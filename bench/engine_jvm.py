@@ -49,8 +49,9 @@ from pathlib import Path
 import psutil
 
 from bench.cpu_share import CLASSES, CpuShare
-from bench.engine_e2e import OPEN_STATES, Bench, jvm_rss, memory_growth, pct
+from bench.engine_e2e import OPEN_STATES, STOP_GRACE_S, Bench, jvm_rss, memory_growth, pct
 from bench.report import RESULTS, exit_code, publish, target
+from moirae.graceful_stop import stop_between_batches
 
 KEYS, HOT, THRESHOLD, USERS_RATE = 1000, 5, 500.0, 50
 CONFIGS = ("plain", "archive", "provenance", "provenance_state", "full")
@@ -161,9 +162,9 @@ class Run:
     def stop(self) -> None:
         if self.engine is not None:
             self.engine.close()
-        for q in self.queries:
+        for q in self.queries:  # as Engine.stop: a query stopped mid-batch makes Spark log errors
             if q.isActive:
-                q.stop()
+                stop_between_batches(q, STOP_GRACE_S)
 
 
 def batch_stats(query, warm_ms: int) -> dict:
