@@ -27,7 +27,9 @@ rows. Provenance latency is in multiples of U, per item kind (A fig. 15), from t
 measured run. ANK-1's state |T| is sampled each time the horizon advances, next to the
 number of input tuples inside the alive window [W - U, W + lateness].
 
-Run: ``python -m bench.provenance [--quick] [--forks N] [--warm N] [--runs N]``.
+Run: ``python -m bench.provenance [--quick] [--forks N] [--warm N] [--runs N] [--workloads NAME...]``;
+with ``--workloads`` the other workloads' figures are kept from the last full-size result,
+each with its own date and design.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from ananke.ank1 import Ank1
 from ananke.ankn import AnkNSparkSink
@@ -50,7 +52,7 @@ from ananke.ids import EPOCH, to_timedelta
 from ananke.items import ListSink
 from ananke.query import ProvQuery
 from ananke.spark_adapter import Ank1SparkSink
-from bench.report import ROOT, exit_code, publish, run_orders, target
+from bench.report import RESULTS, ROOT, exit_code, publish, run_orders, target
 
 CONFIGS = ("np", "backward", "ank1", "ankn")
 
@@ -190,6 +192,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--forks", type=int, default=None, help="JVMs per configuration (default 4, quick 1)")
     ap.add_argument("--warm", type=int, default=None, help="discarded runs in each JVM (default 3, quick 1)")
     ap.add_argument("--runs", type=int, default=None, help="measured runs in each JVM (default 2, quick 1)")
+    ap.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS), default=None,
+                    help="run only these workloads; the others' figures are kept from the last full-size "
+                         "result, each with the date and design it was measured with (default: all)")
     ap.add_argument("--fork", nargs=3, metavar=("WORKLOAD", "CONFIG", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     forks = args.forks or (1 if args.quick else 4)
@@ -200,7 +205,10 @@ def main(argv=None) -> dict:
         raise SystemExit(0)
 
     results: dict = {"quick": args.quick, "forks": forks, "warm": warm, "runs": runs, "workloads": {}}
+    chosen = args.workloads or list(WORKLOADS)
     for name, build in WORKLOADS.items():
+        if name not in chosen:
+            continue
         wl = build(args.quick)
         directory = tempfile.mkdtemp(prefix=f"prov-{name}-")
         try:
@@ -213,10 +221,38 @@ def main(argv=None) -> dict:
                           f"{', '.join(f'{x:.0f}' for x in outs[config][-1]['rows_per_s'])} rows/s", flush=True)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
-        results["workloads"][name] = summarize(wl, outs)
+        results["workloads"][name] = {**summarize(wl, outs), "forks": forks, "warm": warm, "runs": runs,
+                                      "measured_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+    if not args.quick:
+        results["workloads"] = {**kept_workloads(RESULTS / "provenance.json", chosen), **results["workloads"]}
+        results["workloads"] = {n: results["workloads"][n] for n in WORKLOADS if n in results["workloads"]}
     publish("provenance_quick" if args.quick else "provenance", results, _markdown(results), _figure(results),
             targets=targets(results))
     return results
+
+
+def kept_workloads(path, chosen: list[str]) -> dict:
+    """The figures of the workloads not in ``chosen`` from the last result at ``path``,
+    each stamped with the design and date it was measured with (a result written before
+    workloads carried their own takes them from the result).
+
+    >>> import json, tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.json"
+    >>> _ = f.write_text(json.dumps({"measured_at": "2026-11-27 11:46 UTC", "quick": False, "forks": 4, "warm": 3,
+    ...                              "runs": 2, "workloads": {"a": {"x": 1}, "b": {"x": 2}}}))
+    >>> kept_workloads(f, ["a"])
+    {'b': {'x': 2, 'forks': 4, 'warm': 3, 'runs': 2, 'measured_at': '2026-11-27 11:46 UTC'}}
+    >>> kept_workloads(f.parent / "none.json", ["a"])
+    {}
+    """
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    if old.get("quick"):
+        return {}
+    keys = ("forks", "warm", "runs", "measured_at")
+    return {n: {**w, **{k: w.get(k, old.get(k)) for k in keys}}
+            for n, w in old.get("workloads", {}).items() if n not in chosen}
 
 
 def summarize(wl: dict, outs: dict[str, list[dict]]) -> dict:
@@ -257,7 +293,8 @@ def summarize(wl: dict, outs: dict[str, list[dict]]) -> dict:
 def _markdown(res: dict) -> str:
     lines = ["## Provenance (Ananke): overhead, latency, ANK-1 state", "",
              "Same generated workload, same queries, each configuration in JVMs of its own "
-             f"({'quick' if res['quick'] else 'full'} size; {_runs_text(res)}; the median run). "
+             f"({'quick' if res['quick'] else 'full'} size; {_runs_text(res)}; the median run; a workload "
+             "measured in another run says so below). "
              "Target: ANK-1 loses <= 5% throughput vs backward provenance only (A 6.1).", "",
              "| workload | rows | U | np rows/s | backward | ANK-1 | ANK-N | ANK-1 / backward (95 % CI) | ANK-N / backward | ANK-N = ANK-1 (sets) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -267,6 +304,9 @@ def _markdown(res: dict) -> str:
                      f"{t['ank1']:.0f} | {t['ankn']:.0f} | {r['ank1']:.3f}{_ci(w.get('ank1_over_backward_ci95'))} | "
                      f"{r['ankn']:.3f} | "
                      f"{w['ankn_equals_ank1_as_sets']} |")
+    when = [f"- {n}: {_runs_text(w)}, measured {w['measured_at']}"
+            for n, w in res["workloads"].items() if "forks" in w and "measured_at" in w]
+    lines += ["", *when] if when else []
     noisy = [n for n, w in res["workloads"].items()
              if w["throughput_rows_per_s"]["np"] < w["throughput_rows_per_s"]["backward"]]
     if noisy:
@@ -366,8 +406,9 @@ def targets(data: dict) -> list[dict]:
                     f"forks), so the run does not show what provenance costs"
                     if noisy and r >= 0.95 else "")
         shown = f"{r:.2f}x" + (f" (95 % CI {ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        when = f", measured {w['measured_at']}" if w.get("measured_at") else ""
         out.append(target(f"ANK-1 vs backward-only provenance throughput, {name} ({w['input_rows']:,} rows, "
-                          f"{_runs_text(data)})", ">= 0.95x", shown, met, note))
+                          f"{_runs_text(w if 'forks' in w else data)}{when})", ">= 0.95x", shown, met, note))
     return out
 
 
