@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
+from scenario_small import wait
 
 from moirae import Engine
 from moirae.graceful_stop import stop_between_batches
@@ -24,15 +25,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 SLOW_S = 4.0
-
-
-def _until(what, cond, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _slow_source(spark, folder, rows: int = 50):
@@ -61,7 +53,7 @@ def test_a_stop_within_the_grace_lets_the_running_batch_finish(spark, tmp_path):
     df = _slow_source(spark, tmp_path / "in")
     q = (df.writeStream.foreachBatch(lambda b, i: done.append((i, b.count())))
          .option("checkpointLocation", str(tmp_path / "ck")).start())
-    _until("the slow batch to start", lambda: _running(q))
+    wait(lambda: _running(q), 90, "the slow batch to start")
     time.sleep(0.5)
     t0 = time.monotonic()
     assert stop_between_batches(q, grace_s=60) is True
@@ -75,7 +67,7 @@ def test_no_grace_interrupts_the_running_batch_and_says_so(spark, tmp_path, capl
     df = _slow_source(spark, tmp_path / "in")
     q = (df.writeStream.foreachBatch(lambda b, i: done.append((i, b.count())))
          .option("checkpointLocation", str(tmp_path / "ck")).start())
-    _until("the slow batch to start", lambda: _running(q))
+    wait(lambda: _running(q), 90, "the slow batch to start")
     with caplog.at_level(logging.WARNING, logger="moirae.graceful_stop"):
         assert stop_between_batches(q, grace_s=0) is False
     assert not q.isActive
@@ -108,12 +100,12 @@ def test_engine_stop_honours_spark_stop_grace(spark, pg, tmp_path, monkeypatch, 
         e.source("m", _slow_source(spark, tmp_path / "in"), ts="ts", lateness="1 minute")
         e.start()
         query = e._sources["m"].query
-        _until("the slow batch to start", lambda: _running(query))
+        wait(lambda: _running(query), 90, "the slow batch to start")
         time.sleep(0.5)
         e.stop()
         assert _archived(e, "m") == (50 if grace == "30s" else 0)
         e.start()  # from the checkpoint: an interrupted batch replays
-        _until("the batch archived after the restart", lambda: _archived(e, "m") == 50)
+        wait(lambda: _archived(e, "m") == 50, 90, "the batch archived after the restart")
         time.sleep(SLOW_S / 2)
         assert _archived(e, "m") == 50  # exactly once
     finally:
