@@ -47,6 +47,7 @@ def test_every_settings_field_has_a_default_in_the_file():
     ("recall:\n  max_concurrent: two\n", "recall.max_concurrent"),
     ("recall:\n  materialization_load_threshold: 2\n", "recall.materialization_load_threshold"),
     ("spark:\n  ui: maybe\n", "spark.ui"),
+    ("spark:\n  stop_grace: -1\n", "spark.stop_grace"),
     ("api:\n  port: 70000\n", "api.port"),
     ("api:\n  host: 0.0.0.0\n", "api.host"),
     ("ananke:\n  variant: ank7\n", "ananke.variant"),
