@@ -56,10 +56,11 @@ from archive.pg import ENV_DSN, embedded_dsn
 from bench._alert_clock import progress_t
 from bench.cpu_share import CpuShare
 from bench.report import ROOT, exit_code, publish, run_orders, target
+from moirae.config import SparkSettings
 from moirae.graceful_stop import stop_between_batches
 from recall.api import Output, OutputKind
 
-STOP_GRACE_S = 10.0  # the engine's default spark.stop_grace
+STOP_GRACE_S = SparkSettings().stop_grace.total_seconds()  # plain Spark's queries stop as the engine's do
 OPEN_STATES = {"runnable", "running", "suspended", "ending"}
 
 
