@@ -61,6 +61,7 @@ from moirae.graceful_stop import stop_between_batches
 from recall.api import Output, OutputKind
 
 STOP_GRACE_S = SparkSettings().stop_grace.total_seconds()  # plain Spark's queries stop as the engine's do
+EVENT_CONFIGS = ("provenance", "full", "full_own")  # the throughput configs that run the event-query
 OPEN_STATES = {"runnable", "running", "suspended", "ending"}
 
 
@@ -455,7 +456,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             tasks = len([t for t in engine.deploy.manager.tasks() if not t.operator.startswith("replica_")])
         finally:
             engine.close()
-        flows = config in ("provenance", "full", "full_own")
+        flows = config in EVENT_CONFIGS
         return secs, events if flows else None, tasks if flows else None, phases
 
     phases: dict = {}  # plain's run's, filled in by plain()
@@ -479,7 +480,7 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             secs, events, tasks, run_phases = retry(lambda c=config: engine_config(c), f"throughput {config}")
         run = {"rows": rows, "seconds": round(secs, 2), "rows_per_s": round(rows / secs, 1), "phases_ms": run_phases,
                "cpu": extra.get("cpu"), "flow_seconds": extra.get("flow_seconds")}
-        if config in ("provenance", "full", "full_own"):
+        if config in EVENT_CONFIGS:
             run.update(events=events, recall_tasks=tasks, similarity_indexes_built=extra.get("indexes_built"))
         b.drop_schemas()  # each run on an archive of its own; none left to slow the next
         return run

@@ -224,8 +224,8 @@ def main(argv=None) -> dict:
         results["workloads"][name] = {**summarize(wl, outs), "forks": forks, "warm": warm, "runs": runs,
                                       "measured_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     if not args.quick:
-        results["workloads"] = {**kept_workloads(RESULTS / "provenance.json", chosen), **results["workloads"]}
-        results["workloads"] = {n: results["workloads"][n] for n in WORKLOADS if n in results["workloads"]}
+        merged = {**kept_workloads(RESULTS / "provenance.json", chosen), **results["workloads"]}
+        results["workloads"] = {n: merged[n] for n in WORKLOADS if n in merged}  # in WORKLOADS' order
     publish("provenance_quick" if args.quick else "provenance", results, _markdown(results), _figure(results),
             targets=targets(results))
     return results
