@@ -5,7 +5,9 @@ wrappers); its sink is one streaming query whose ``foreachBatch`` collects the b
 events with their provenance in one Spark job (Arrow), then:
 
 1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id; an
-   event the replica task materialized first is superseded, so stored once);
+   event the replica task materialized first is superseded, so stored once). A batch
+   that detected nothing writes nothing, not even its id in the batch log: it has no
+   row a replay could repeat, and most batches are such (one transaction less a trigger);
 2. feeds the sink tuples, their provenance (a window over one source keeps only a
    digest of it in Spark, and the window's source tuples are read back from the archive,
    :mod:`moirae.window_provenance`) and the sink watermark to ANK-1, which
@@ -198,6 +200,9 @@ class EventFlow:
         the window digests' resolution read it."""
         t0 = time.perf_counter()
         self._commit_shared(int(batch_id))
+        if not len(frame):  # most batches detect nothing: no transaction to log an empty one
+            self.seconds["archive"] += time.perf_counter() - t0
+            return
         result = self.engine.archiver.append(self.stream, int(batch_id), frame, key=self.query.eid)
         self.seconds["archive"] += time.perf_counter() - t0
         keep = storable_rows(frame)  # events with text PostgreSQL cannot hold are dead letters, not alerts

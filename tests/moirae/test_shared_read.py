@@ -62,6 +62,10 @@ def _run(spark, db: Database, tmp_path, shared: bool, parts: list[pd.DataFrame])
             archive = pd.DataFrame(cur.fetchall(), columns=["sid", "ts", "bw"])
             cur.execute("SELECT eid, avg_bw FROM ev_overload")
             events = dict(cur.fetchall())
+            cur.execute("SELECT array_agg(batch_id ORDER BY batch_id) FROM moirae_batches WHERE stream = 'ev_overload'")
+            logged = cur.fetchone()[0] or []
+            cur.execute("SELECT array_agg(DISTINCT _batch ORDER BY _batch) FROM ev_overload")
+            ev_log = (logged, cur.fetchone()[0] or [], flow.streaming.lastProgress["batchId"] + 1)
             cur.execute("SELECT min(batch_id), count(*) FROM moirae_batches WHERE stream = 'metrics'")
             first_batch, batches = cur.fetchone()
             cur.execute("SELECT chunk_us FROM moirae_streams WHERE stream = 'metrics'")
@@ -73,7 +77,7 @@ def _run(spark, db: Database, tmp_path, shared: bool, parts: list[pd.DataFrame])
         marker = (engine.checkpoint_dir("metrics") / MARKER).exists()
     finally:
         engine.close()
-    return want, archive, events, first_batch, batches, status, marker, chunk_us, stage_ok
+    return want, archive, events, first_batch, batches, status, marker, chunk_us, stage_ok, ev_log
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "own-query"])
@@ -82,7 +86,7 @@ def test_the_archive_holds_the_tuples_the_event_query_saw(spark, pg, tmp_path, m
     parts = sc.live()
     db = Database(pg.dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
     try:
-        want, archive, events, first_batch, batches, status, marker, chunk_us, stage_ok = _run(
+        want, archive, events, first_batch, batches, status, marker, chunk_us, stage_ok, ev_log = _run(
             spark, db, tmp_path, shared, parts)
     finally:
         db.drop_schema()
@@ -93,6 +97,10 @@ def test_the_archive_holds_the_tuples_the_event_query_saw(spark, pg, tmp_path, m
     assert sorted(zip(archive["sid"], archive["ts"], strict=True)) == sorted(
         zip(live["sid"], (t.to_pydatetime() for t in live["ts"]), strict=True))
     assert set(events) == want
+    # the event stream's batch log holds the batches that detected events, and only them:
+    # a batch without events is not logged (nothing to repeat), and some batches had none
+    logged, with_events, ran = ev_log
+    assert logged == with_events and logged and ran > len(logged), ev_log
     # the interval is chosen from the first batch's rate either way (a shared read stages
     # that batch, then empties the stage)
     assert chunk_us == 300_000_000 and stage_ok
