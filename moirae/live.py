@@ -7,7 +7,8 @@ events with their provenance in one Spark job (Arrow), then:
 1. archives the batch's events into ``ev_<name>`` (exactly once, by batch id; an
    event the replica task materialized first is superseded, so stored once). A batch
    that detected nothing writes nothing, not even its id in the batch log: it has no
-   row a replay could repeat, and most batches are such (one transaction less a trigger);
+   row a replay could repeat, and most live batches detect nothing, so most triggers
+   save a transaction;
 2. feeds the sink tuples, their provenance (a window over one source keeps only a
    digest of it in Spark, and the window's source tuples are read back from the archive,
    :mod:`moirae.window_provenance`) and the sink watermark to ANK-1, which
@@ -200,11 +201,11 @@ class EventFlow:
         the window digests' resolution read it."""
         t0 = time.perf_counter()
         self._commit_shared(int(batch_id))
-        if not len(frame):  # most batches detect nothing: no transaction to log an empty one
-            self.seconds["archive"] += time.perf_counter() - t0
-            return
-        result = self.engine.archiver.append(self.stream, int(batch_id), frame, key=self.query.eid)
+        # most batches detect nothing: an empty one is not logged (no row a replay could repeat)
+        result = self.engine.archiver.append(self.stream, int(batch_id), frame, key=self.query.eid) if len(frame) else None
         self.seconds["archive"] += time.perf_counter() - t0
+        if result is None:
+            return
         keep = storable_rows(frame)  # events with text PostgreSQL cannot hold are dead letters, not alerts
         if not keep.all():
             frame = frame[keep].reset_index(drop=True)
