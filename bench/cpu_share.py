@@ -18,6 +18,15 @@ reported as ``other``, so nothing is hidden.
 'driver'
 >>> classify("bash", ["bash"], False) is None
 True
+
+:func:`jvm_threads` splits one JVM's CPU by its threads' names, so a run can show how
+much of the JVM's time went to compiling (the JIT still warming up) rather than to
+Spark's tasks:
+
+>>> [thread_class(n) for n in ("C2 CompilerThre", "GC Thread#0", "Executor task launch worker for task 3.0")]
+['jit', 'gc', 'tasks']
+>>> thread_class("dag-scheduler-event-loop")
+'other'
 """
 
 from __future__ import annotations
@@ -42,6 +51,37 @@ def classify(name: str, cmdline: list[str], is_self: bool) -> str | None:
     if name.startswith("python") and any("pyspark" in part for part in cmdline):
         return "python_workers"
     return None
+
+
+JVM_THREAD_CLASSES = ("tasks", "jit", "gc", "other")
+
+
+def thread_class(name: str) -> str:
+    """The class of a JVM thread from its name as ``/proc`` shows it (15 characters)."""
+    if name.startswith(("C1 Compiler", "C2 Compiler")):
+        return "jit"
+    if name.startswith(("GC Thread", "G1 ", "VM Thread")):
+        return "gc"
+    if name.startswith("Executor task"):
+        return "tasks"
+    return "other"
+
+
+def jvm_threads(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the threads of process ``pid``, per
+    :func:`thread_class`. Threads that have ended are not counted, so compare two calls
+    over a window in which the classes' threads live (Spark's task threads are pooled)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = dict.fromkeys(JVM_THREAD_CLASSES, 0.0)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended meanwhile
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        out[thread_class(name)] += (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 class CpuShare:

@@ -128,6 +128,17 @@ def test_engine_e2e_examples_run():
     assert result.attempted >= 7 and result.failed == 0
 
 
+def test_archive_ingest_cpu_sentence_example_runs():
+    """bench.archive_ingest's CPU sentence (where a measured run's time went) holds on
+    its example."""
+    import doctest
+
+    from bench import archive_ingest
+
+    result = doctest.testmod(archive_ingest)
+    assert result.attempted >= 1 and result.failed == 0
+
+
 def test_provenance_verdict_examples_run():
     """bench.provenance's verdict (a no-provenance baseline slower than backward leaves
     the target unresolved, counting the reps where it was) holds on its example."""
@@ -147,7 +158,7 @@ def test_cpu_share_examples_run_and_it_counts_this_process():
     from bench import cpu_share
 
     result = doctest.testmod(cpu_share)
-    assert result.attempted >= 5 and result.failed == 0
+    assert result.attempted >= 7 and result.failed == 0
     share = cpu_share.CpuShare(interval_s=0.2).start()
     t0 = time.process_time()
     while time.process_time() - t0 < 1.0:
