@@ -13,6 +13,14 @@ own query). The smallest k is also timed right after the longest retrieval, apar
 LIMIT k``, is reported for reference.
 
 Target (DESIGN.md §7): for k inside the indexed half, half-indexed <= 1.1x fully indexed.
+The ratio of a k is the median over rounds of that round's half / full (:func:`paired`):
+the layouts of one round run seconds apart, while a slow spell of the shared host can
+last a round. Until 2026-11-28 it was the ratio of the two layouts' medians over rounds,
+which such a spell moves: at k = 10 the 15:25 run's rounds gave 1.02, 0.99, 0.88, 0.98,
+1.73 and 1.12 (median 1.005), its ratio of medians 1.15. Both are reported. The verdict
+(:func:`verdict`) asks of each k whether its rounds' ratios, lowest to highest, lie under
+1.1 (met), above it (missed) or across it (unresolved): six rounds on a shared host
+scatter a sub-millisecond point by tens of percent either way.
 
 Run: ``python -m bench.fig7_partial_index [--quick] [--keep]``.
 """
@@ -20,6 +28,7 @@ Run: ``python -m bench.fig7_partial_index [--quick] [--keep]``.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 import uuid
@@ -203,35 +212,7 @@ def main(argv=None) -> int:
         curves = {lab: {k: statistics.median(v) for k, v in per.items()} for lab, per in samples.items()}
         curves["traditional"] = {k: statistics.median(v) for k, v in trad.items()}
 
-        inside = [k for k in ks if k <= inside_limit]
-        ratios = {k: curves["half"][k] / curves["full"][k] for k in ks}
-        worst_inside = max(ratios[k] for k in inside) if inside else None
         after = {lab: statistics.median(v) for lab, v in after_scan.items()}
-        met = worst_inside is not None and worst_inside <= 1.1
-        rows_md = "\n".join(
-            f"| {k} | {'yes' if k in inside else 'no'} | {curves['none'][k] * 1e3:.1f} | "
-            f"{curves['half'][k] * 1e3:.1f} | {curves['full'][k] * 1e3:.1f} | {curves['traditional'][k] * 1e3:.1f} "
-            f"| {ratios[k]:.2f} |" for k in ks)
-        md = (
-            f"### Moirae figure 7: partial indexing{' (quick)' if args.quick else ''}\n\n"
-            f"{info['table_bytes'] / 2**20:.0f} MB archive ({info['rows']:,} rows) in {n} chunks of "
-            f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded through the Archiver in {info['load_s']:.0f} s. "
-            f"Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest chunk first, one "
-            f"history-query per chunk, stopping at k; per point the median over {reps} sid values of the best of {best_of} runs, then the "
-            f"median over {rounds} rounds, the layouts in balanced orders (bench.report.run_orders); warm cache. Layouts are the "
-            f"Archiver's tiers: R = 0, R = {half} (newest half indexed) and R = {n}. The indexed half holds "
-            f">= {inside_limit} matches per sid. Times in ms.\n\n"
-            "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "
-            "| half / full |\n|---|---|---|---|---|---|---|\n" + rows_md + "\n\n"
-            f"**Worst half / full inside the indexed half = {worst_inside:.2f}** (target <= 1.10): "
-            f"**{'met' if met else 'missed'}**.\n\n"
-            f"Each point is measured after one discarded pass of its own query. Measured instead right after "
-            f"the layout's longest retrieval (k = {ks[-1]}, which reads the unindexed half sequentially in the "
-            f"half layout), k = {ks[0]} takes {after['half'] * 1e3:.2f} ms half indexed against "
-            f"{after['full'] * 1e3:.2f} ms fully indexed ({after['half'] / after['full']:.2f}x; "
-            f"{after['none'] * 1e3:.2f} ms with no index). A slowdown there is a cost of partial indexing "
-            "that the warm points above leave out: small queries that follow a long scan of unindexed chunks."
-        )
         import matplotlib
 
         matplotlib.use("Agg")
@@ -249,11 +230,12 @@ def main(argv=None) -> int:
         ax.set_ylabel("response time (ms)")
         ax.set_title(f"Partial indexing, {info['table_bytes'] / 2**30:.2f} GB in {n} chunks")
         ax.legend(fontsize=8)
-        data = {"archive": info, "ks": ks, "inside_limit": inside_limit, "curves_s": curves,
-                "half_over_full": ratios, "worst_inside_ratio": worst_inside, "target": 1.1, "met": met,
-                "detail": detail, "reps": reps, "rounds": rounds, "best_of": best_of,
+        data = {"archive": info, "ks": ks, "inside_limit": inside_limit, "curves_s": curves, "target": 1.1,
+                "detail": detail, "reps": reps, "rounds": rounds, "best_of": best_of, "quick": args.quick,
                 "samples_s": samples, "smallest_k_after_longest_s": after,
                 "smallest_k_after_longest_samples_s": after_scan}
+        data = summarize(data)
+        md = markdown(data)
         publish(name, data, md, fig, targets=targets(data))
         print(md)
         return exit_code(targets(data))
@@ -262,12 +244,100 @@ def main(argv=None) -> int:
             db.drop_schema()
 
 
+def summarize(data: dict) -> dict:
+    """``data`` (a run's samples, JSON-shaped: k as text) with its ratios and verdict."""
+    data = json.loads(json.dumps(data, default=str))
+    ks, half, full = data["ks"], data["samples_s"]["half"], data["samples_s"]["full"]
+    inside = [k for k in ks if k <= data["inside_limit"]]
+    curves = data["curves_s"]
+    by_round = {str(k): [h / f for h, f in zip(half[str(k)], full[str(k)], strict=True)] for k in ks}
+    ratios = {str(k): paired(half[str(k)], full[str(k)]) for k in ks}
+    return {**data, "half_over_full": ratios, "half_over_full_by_round": by_round,
+            "half_over_full_of_medians": {str(k): curves["half"][str(k)] / curves["full"][str(k)] for k in ks},
+            "worst_inside_ratio": max(ratios[str(k)] for k in inside) if inside else None,
+            "met": verdict({str(k): by_round[str(k)] for k in inside}, data["target"]) if inside else False}
+
+
+def verdict(by_round: dict[str, list[float]], goal: float = 1.1) -> bool | None:
+    """Met when every k's interval lies at or under ``goal``; missed when some k's lies
+    wholly above it; else None (unresolved). A k's interval runs from the lowest to the
+    highest of its rounds' half / full ratios: with n rounds it holds that k's median
+    ratio with probability 1 - 2 ** (1 - n) (97 % for 6), whatever the noise's shape.
+
+    >>> verdict({"10": [1.02, 0.99, 0.88, 0.98, 1.73, 1.12]}) is None  # 15:25 on 2026-11-27
+    True
+    >>> verdict({"10": [0.95, 1.05], "30": [1.2, 1.3]})
+    False
+    >>> verdict({"10": [0.95, 1.05], "30": [1.0, 1.1]})
+    True
+    """
+    if any(min(r) > goal for r in by_round.values()):
+        return False
+    return True if all(max(r) <= goal for r in by_round.values()) else None
+
+
+def markdown(data: dict) -> str:
+    """The BENCHMARKS.md section of a summarized run (:func:`summarize`)."""
+    ks, info, curves = data["ks"], data["archive"], data["curves_s"]
+    n, half = info["chunks"], data["detail"]["half"]["layout"]["recent_chunks"]
+    inside = [k for k in ks if k <= data["inside_limit"]]
+    ratios, of_medians, by_round = data["half_over_full"], data["half_over_full_of_medians"], data["half_over_full_by_round"]
+    after, met, worst = data["smallest_k_after_longest_s"], data["met"], data["worst_inside_ratio"]
+    rows_md = "\n".join(
+        f"| {k} | {'yes' if k in inside else 'no'} | {curves['none'][str(k)] * 1e3:.1f} | "
+        f"{curves['half'][str(k)] * 1e3:.1f} | {curves['full'][str(k)] * 1e3:.1f} | "
+        f"{curves['traditional'][str(k)] * 1e3:.1f} | {ratios[str(k)]:.2f} | "
+        f"{min(by_round[str(k)]):.2f}-{max(by_round[str(k)]):.2f} | {of_medians[str(k)]:.2f} |" for k in ks)
+    word = {True: "met", False: "missed", None: "unresolved"}[met]
+    rounds = data["rounds"]
+    return (
+        f"### Moirae figure 7: partial indexing{' (quick)' if data.get('quick') else ''}\n\n"
+        f"{info['table_bytes'] / 2**20:.0f} MB archive ({info['rows']:,} rows) in {n} chunks of "
+        f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded through the Archiver in {info['load_s']:.0f} s. "
+        f"Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest chunk first, one "
+        f"history-query per chunk, stopping at k; per point the median over {data['reps']} sid values of the best of "
+        f"{data['best_of']} runs, then the median over {rounds} rounds, the layouts in balanced orders "
+        f"(bench.report.run_orders); warm cache. Layouts are the Archiver's tiers: R = 0, R = {half} (newest half "
+        f"indexed) and R = {n}. The indexed half holds >= {data['inside_limit']} matches per sid. Times in ms.\n\n"
+        "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "
+        "| half / full (median of the rounds' ratios) | rounds' ratios, lowest-highest | ratio of medians |\n"
+        "|---|---|---|---|---|---|---|---|---|\n" + rows_md + "\n\n"
+        f"**Worst half / full inside the indexed half = {worst:.2f}**, target <= 1.10: **{word}**. "
+        f"A k's ratio is the median over rounds of each round's own ratio, as the layouts of a round run seconds "
+        f"apart (the worst ratio of medians, the statistic until 2026-11-28, is "
+        f"{max(of_medians[str(k)] for k in inside):.2f}). The verdict takes each k's lowest and highest round "
+        f"(an interval holding its median ratio with probability {1 - 2 ** (1 - rounds):.0%}): met when every "
+        f"interval lies at or under 1.10, missed when one lies above it, unresolved otherwise.\n\n"
+        f"Each point is measured after one discarded pass of its own query. Measured instead right after "
+        f"the layout's longest retrieval (k = {ks[-1]}, which reads the unindexed half sequentially in the "
+        f"half layout), k = {ks[0]} takes {after['half'] * 1e3:.2f} ms half indexed against "
+        f"{after['full'] * 1e3:.2f} ms fully indexed ({after['half'] / after['full']:.2f}x; "
+        f"{after['none'] * 1e3:.2f} ms with no index). A slowdown there is a cost of partial indexing "
+        "that the warm points above leave out: small queries that follow a long scan of unindexed chunks."
+    )
+
+
+def paired(half: list[float], full: list[float]) -> float:
+    """The median over rounds of each round's half / full time (the rounds' samples in order).
+
+    A slow spell that hits one layout's sample in one round, and the other's in another,
+    moves the ratio of medians (here 1.2/1.0) but not this:
+
+    >>> paired([1.0, 2.0, 1.2], [1.0, 1.0, 1.3])
+    1.0
+    """
+    return statistics.median(h / f for h, f in zip(half, full, strict=True))
+
+
 def targets(data: dict) -> list[dict]:
     """DESIGN §7 (M fig. 7): recent half indexed costs <= 1.1x the fully indexed archive for k inside it."""
     w = data["worst_inside_ratio"]
+    met = data["met"] if "half_over_full_by_round" in data else (w is not None and w <= 1.1)  # before 2026-11-28
+    note = ("some k's rounds reach above 1.1, none lie wholly above it: the rounds' noise cannot resolve the target"
+            if met is None else "")
     return [target(f"Moirae fig. 7: half / fully indexed, k inside the indexed half "
                    f"({data['archive']['chunks']} chunks)", "<= 1.1x", "-" if w is None else f"{w:.2f}x (worst k)",
-                   w is not None and w <= 1.1)]
+                   met, note)]
 
 
 if __name__ == "__main__":

@@ -139,6 +139,17 @@ def test_archive_ingest_cpu_sentence_example_runs():
     assert result.attempted >= 1 and result.failed == 0
 
 
+def test_fig7_paired_ratio_example_runs():
+    """bench.fig7_partial_index's paired ratio (median of the rounds' own ratios) holds on
+    its example, where the ratio of medians would differ."""
+    import doctest
+
+    from bench import fig7_partial_index
+
+    result = doctest.testmod(fig7_partial_index)
+    assert result.attempted >= 1 and result.failed == 0
+
+
 def test_provenance_verdict_examples_run():
     """bench.provenance's verdict (a no-provenance baseline slower than backward leaves
     the target unresolved, counting the reps where it was) holds on its example."""
