@@ -302,10 +302,12 @@ def markdown(data: dict) -> str:
         "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) "
         "| half / full (median of the rounds' ratios) | rounds' ratios, lowest-highest | ratio of medians |\n"
         "|---|---|---|---|---|---|---|---|---|\n" + rows_md + "\n\n"
-        f"**Worst half / full inside the indexed half = {worst:.2f}**, target <= 1.10: **{word}**. "
-        f"A k's ratio is the median over rounds of each round's own ratio, as the layouts of a round run seconds "
-        f"apart (the worst ratio of medians, the statistic until 2026-11-28, is "
-        f"{max(of_medians[str(k)] for k in inside):.2f}). The verdict takes each k's lowest and highest round "
+        + (f"**Worst half / full inside the indexed half = {worst:.2f}**, target <= 1.10: **{word}**. "
+           f"A k's ratio is the median over rounds of each round's own ratio, as the layouts of a round run "
+           f"seconds apart (the worst ratio of medians, the statistic until 2026-11-28, is "
+           f"{max(of_medians[str(k)] for k in inside):.2f}). " if inside else
+           "**No k lies inside the indexed half** (the archive is too small): **missed**. ")
+        + f"The verdict takes each k's lowest and highest round "
         f"(an interval holding its median ratio with probability {1 - 2 ** (1 - rounds):.0%}): met when every "
         f"interval lies at or under 1.10, missed when one lies above it, unresolved otherwise.\n\n"
         f"Each point is measured after one discarded pass of its own query. Measured instead right after "

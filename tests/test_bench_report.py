@@ -150,6 +150,33 @@ def test_fig7_paired_ratio_example_runs():
     assert result.attempted >= 1 and result.failed == 0
 
 
+def test_fig7_section_is_rendered_from_the_runs_samples():
+    """bench.fig7_partial_index renders its section from a run's samples alone (as
+    stored in the JSON, k as text): one table row per k, the worst paired ratio inside the
+    indexed half, and a verdict that follows the rounds' spread."""
+    from bench import fig7_partial_index as fig7
+
+    ks = [10, 30, 3000]
+    rounds = {"half": {10: [1.0, 1.3, 0.9], 30: [2.0, 2.1, 2.2], 3000: [9.0, 9.0, 9.0]},
+              "full": {10: [1.0, 1.0, 1.0], 30: [2.0, 2.0, 2.0], 3000: [3.0, 3.0, 3.0]}}
+    samples = {**rounds, "none": {k: [5.0] * 3 for k in ks}}
+    curves = {lab: {k: sorted(v)[1] for k, v in per.items()} for lab, per in samples.items()}
+    curves["traditional"] = dict.fromkeys(ks, 1.0)
+    layout = {"layout": {"recent_chunks": 2}}
+    data = fig7.summarize({
+        "archive": {"chunks": 4, "table_bytes": 2**20, "rows": 100, "chunk_bytes_mean": 2**18, "load_s": 1.0},
+        "ks": ks, "inside_limit": 100, "curves_s": curves, "target": 1.1, "detail": {"half": layout},
+        "reps": 1, "rounds": 3, "best_of": 1, "samples_s": samples,
+        "smallest_k_after_longest_s": {"none": 1.0, "half": 1.0, "full": 1.0}})
+    assert data["half_over_full"]["10"] == 1.0 and data["worst_inside_ratio"] == 1.05
+    assert data["met"] is None  # k = 10 reaches 1.3 in one round, though its median is 1.0
+    md = fig7.markdown(data)
+    assert len([line for line in md.splitlines() if line.startswith("| 10 ") or line.startswith("| 30 ")
+                or line.startswith("| 3000 ")]) == 3
+    assert "**unresolved**" in md and "1.05**" in md
+    assert fig7.targets(data)[0]["met"] is None
+
+
 def test_provenance_verdict_examples_run():
     """bench.provenance's verdict (a no-provenance baseline slower than backward leaves
     the target unresolved, counting the reps where it was) holds on its example."""
