@@ -24,7 +24,7 @@ from psycopg2.extras import execute_values
 from archive import chunks, history, simindex, tiers
 from archive.abc import AppendResult, ChunkGrid, ChunkInfo, ChunkStore, HistoryQuery, Tier, UnknownStream
 from archive.catalog_sql import CATALOG_DDL
-from archive.copy import copy_csv, frame_to_csv
+from archive.copy import copy_binary, frame_to_copy_binary
 from archive.exec_sink import PARTS_DDL
 from archive.ids import source_ids
 from archive.index_claims import IndexClaims
@@ -244,7 +244,7 @@ class Archiver(ChunkStore):
                         late_per_chunk[cid] = n
                 types = spec.stored_columns
                 cols = [c for c, _ in types]
-                copy_csv(cur, stream, cols, frame_to_csv(good, types))
+                copy_binary(cur, stream, cols, frame_to_copy_binary(good, types))
                 totals = execute_values(  # the rows superseded leave the count
                     cur, "UPDATE moirae_chunks AS c SET rows = c.rows + v.n, late_rows = c.late_rows + v.l "
                     "FROM (VALUES %s) AS v(stream, cid, n, l) WHERE c.stream = v.stream AND c.chunk_id = v.cid "

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from archive import simindex
-from archive.copy import copy_csv, frame_to_csv
+from archive.copy import copy_binary, frame_to_copy_binary
 from archive.ids import source_ids
 from archive.names import partition_name, quote
 from archive.validate import split_batch
@@ -71,7 +71,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
                 arch._ensure_chunks(cur, spec, [chunk_id], True)
             types = spec.stored_columns
             cols = [c for c, _ in types]
-            copy_csv(cur, stream, cols, frame_to_csv(good, types))
+            copy_binary(cur, stream, cols, frame_to_copy_binary(good, types))
         if exists or len(good):
             cur.execute("UPDATE moirae_chunks SET rows = rows - %s + %s WHERE stream = %s AND chunk_id = %s",
                         (deleted, len(good), stream, chunk_id))

@@ -23,7 +23,7 @@ Measured in one run, on the same PostgreSQL:
   (:class:`bench.cpu_share.CpuShare`), so a reader sees whether it ran warm and where its
   time went.
 - ``spark_driver``: the previous sink, for comparison: the driver collects each batch
-  (``toArrow``) and ``Archiver.append`` COPYs it as CSV.
+  (``toArrow``) and ``Archiver.append`` COPYs it (as CSV until 2026-11-28, binary since).
 - ``archiver_arrow``: ``Archiver.append`` of the Arrow tables the sink would hand over
   (ids already there): the archive's own cost, without Spark.
 - ``archiver_pandas``: ``Archiver.append`` of pandas frames parsed from the CSV (ids

@@ -94,3 +94,36 @@ def test_any_replay_order_archives_each_row_once(pg_dsn, data):
         got = table_rows(arch)
         assert got["n"].tolist() == list(range(first))
         assert catalog_rows(arch) == partition_counts(arch)
+
+
+_KINDS = {"s": "text", "x": "double", "i": "bigint", "b": "boolean"}
+_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12)
+_kinds_row = st.tuples(_text | st.none(), st.floats() | st.none(), st.integers(-(2**63), 2**63 - 1) | st.none(),
+                       st.booleans() | st.none())
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.lists(_kinds_row, min_size=1, max_size=30))
+def test_a_driver_append_stores_every_value_as_given(archiver, batch):
+    """Archiver.append (the driver's path: events, contexts, history loads) COPYs in
+    PostgreSQL's binary format (archive.copy.frame_to_copy_binary): text with quotes,
+    tabs, newlines and backslashes comes back as it went in, '' apart from NULL, NaN and
+    infinities apart from NULL, every bigint exactly, and NULL booleans as NULL."""
+    from archive import StreamSpec
+
+    archiver.register_stream(StreamSpec.build("kinds", "ts", _KINDS))
+    bid = len(archiver.batch_ids("kinds"))
+    start = T0 + timedelta(days=bid)
+    cols = list(zip(*batch, strict=True))
+    table = pa.table({"ts": pa.array([start + timedelta(seconds=j) for j in range(len(batch))],
+                                     pa.timestamp("us", tz="UTC")),
+                      "s": pa.array(cols[0], pa.string()), "x": pa.array(cols[1], pa.float64()),
+                      "i": pa.array(cols[2], pa.int64()), "b": pa.array(cols[3], pa.bool_())})
+    assert archiver.append("kinds", bid, table).rows == len(batch)
+    with archiver.db.connection() as conn, conn.cursor() as cur:
+        cur.execute('SELECT s, x, i, b FROM "kinds" WHERE _batch = %s ORDER BY ts', (bid,))
+        got = cur.fetchall()
+    assert len(got) == len(batch)
+    for want, have in zip(batch, got, strict=True):
+        assert (have[0], have[2], have[3]) == (want[0], want[2], want[3])
+        assert have[1] == want[1] or (want[1] != want[1] and have[1] != have[1])  # NaN stays NaN
