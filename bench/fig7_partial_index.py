@@ -13,7 +13,7 @@ own query). The smallest k is also timed right after the longest retrieval, apar
 LIMIT k``, is reported for reference.
 
 Target (DESIGN.md §7): for k inside the indexed half, half-indexed <= 1.1x fully indexed.
-The ratio of a k is the median over rounds of that round's half / full (:func:`paired`):
+The ratio of a k is the median over rounds of that round's half / full (:func:`summarize`):
 the layouts of one round run seconds apart, while a slow spell of the shared host can
 last a round. Until 2026-11-28 it was the ratio of the two layouts' medians over rounds,
 which such a spell moves: at k = 10 the 15:25 run's rounds gave 1.02, 0.99, 0.88, 0.98,
@@ -251,7 +251,7 @@ def summarize(data: dict) -> dict:
     inside = [k for k in ks if k <= data["inside_limit"]]
     curves = data["curves_s"]
     by_round = {str(k): [h / f for h, f in zip(half[str(k)], full[str(k)], strict=True)] for k in ks}
-    ratios = {str(k): paired(half[str(k)], full[str(k)]) for k in ks}
+    ratios = {k: statistics.median(r) for k, r in by_round.items()}  # a slow spell in one round moves it little
     return {**data, "half_over_full": ratios, "half_over_full_by_round": by_round,
             "half_over_full_of_medians": {str(k): curves["half"][str(k)] / curves["full"][str(k)] for k in ks},
             "worst_inside_ratio": max(ratios[str(k)] for k in inside) if inside else None,
@@ -317,18 +317,6 @@ def markdown(data: dict) -> str:
         f"{after['none'] * 1e3:.2f} ms with no index). A slowdown there is a cost of partial indexing "
         "that the warm points above leave out: small queries that follow a long scan of unindexed chunks."
     )
-
-
-def paired(half: list[float], full: list[float]) -> float:
-    """The median over rounds of each round's half / full time (the rounds' samples in order).
-
-    A slow spell that hits one layout's sample in one round, and the other's in another,
-    moves the ratio of medians (here 1.2/1.0) but not this:
-
-    >>> paired([1.0, 2.0, 1.2], [1.0, 1.0, 1.3])
-    1.0
-    """
-    return statistics.median(h / f for h, f in zip(half, full, strict=True))
 
 
 def targets(data: dict) -> list[dict]:
