@@ -131,6 +131,7 @@ def test_acknowledge_and_resolve_and_the_note_shows_in_a_later_similar_incident(
     wait(lambda: api(server, f"/api/incidents/{quote(earlier, safe='')}")["status"] == "acknowledged", 30,
          "the incident to be acknowledged")
     wait(lambda: "Acknowledged by" in text(browser, "#fb"), 10, "the acknowledge feedback")
+    assert "acknowledged by" in text(browser, "#ihead"), "the header is redrawn with the feedback, not after it"
     shot(browser, "03-acknowledged")
     type_into(browser, "#note", NOTE)  # a retried send_keys starts afresh
     assert value(browser, "#note") == NOTE

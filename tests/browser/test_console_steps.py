@@ -92,6 +92,7 @@ def test_console_steps(small, browser):
     click(browser, "#ack")
     wait(lambda: api.get("/api/incidents/e1").json()["status"] == "acknowledged", what="acknowledged")
     wait(lambda: "Acknowledged by" in text(browser, "#fb"), 10, "the acknowledge feedback")
+    assert "acknowledged by" in text(browser, "#ihead"), "the header is redrawn with the feedback, not after it"
     browser.save_screenshot(str(SHOTS / "03-acknowledged.png"))
     type_into(browser, "#note", NOTE)  # a retried send_keys starts afresh
     assert value(browser, "#note") == NOTE

@@ -167,9 +167,12 @@ function showIncident(id) {
 async function act(id, what, body) {
   try {
     const r = await api(`/api/incidents/${encodeURIComponent(id)}/${what}`, {method: 'POST', body: JSON.stringify(body)});
-    feedback('ok', what === 'resolve' ? `Resolved: "${r.resolution}" is now this incident's resolution.` : `Acknowledged by ${r.acknowledged_by}.`);
     if (what === 'resolve') $('#note').value = '';
     onIncident(r);
+    // redraw the header now, with the feedback: a redraw 400 ms later would move the
+    // buttons under a pointer on its way to the next one (a click then lands elsewhere)
+    if (selected === id) await refreshIncident(id);
+    feedback('ok', what === 'resolve' ? `Resolved: "${r.resolution}" is now this incident's resolution.` : `Acknowledged by ${r.acknowledged_by}.`);
   } catch (e) { feedback('err', e.message); }
 }
 async function steer(id, what, body) {
