@@ -178,8 +178,8 @@ async function act(id, what, body) {
 async function steer(id, what, body) {
   try {
     const r = await api(`/api/events/${encodeURIComponent(id)}/${what}`, {method: 'POST', body: body ? JSON.stringify(body) : undefined});
+    if (selected === id) await refreshIncident(id);  // as in act(): redraw, then say so
     feedback(r.changed ? 'ok' : 'err', r.message);
-    scheduleRefresh();
   } catch (e) { feedback('err', e.message); }
 }
 async function refreshIncident(id) {
