@@ -199,7 +199,7 @@ if __name__ == "__main__":
 
 def _replace_section(name: str, section: str) -> None:
     text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else (
-        "# Benchmarks\n\nRun all with `make bench`, one with `python -m bench.NAME`. Each "
+        "# Benchmarks\n\nRun all with `make bench`, some with `make bench ARGS=\"NAME ...\"`, one with `python -m bench.NAME`. Each "
         "compares against a baseline measured in the same run, as a ratio.\n"
     )
     pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)

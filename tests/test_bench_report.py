@@ -111,6 +111,7 @@ def test_report_examples_run():
     ("archive_ingest", 1),  # the CPU sentence: where a measured run's time went
     ("fig7_partial_index", 3),  # the verdict from the rounds' ratios: met, missed, unresolved
     ("provenance", 2),  # a no-provenance baseline slower than backward leaves the target unresolved
+    ("__main__", 4),  # which benchmarks `python -m bench NAME ...` runs; a typo or a per-benchmark option is refused
 ])
 def test_bench_module_examples_run(module, examples):
     """A bench module's docstring examples run (bench modules are outside the package
