@@ -30,24 +30,24 @@ SKIP = {"report", "cpu_share", "__main__"}  # the report and a helper, not bench
 
 
 def available() -> list[str]:
-    """The benchmark modules, by name (helpers start with ``_``; the report is not one)."""
+    """The benchmark modules, by name (not helpers: ``_*`` and :data:`SKIP`)."""
     return sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)])
                   if m.name not in SKIP and not m.name.startswith("_"))
 
 
 def chosen(args: list[str]) -> tuple[list[str], list[str]]:
     """The benchmarks ``args`` name (all when none) and the options passed to each."""
-    names, opts = [], []
+    names, opts, known = [], [], available()
     for a in args:
         if a == "--quick":
             opts.append(a)
         elif a.startswith("-"):
             raise SystemExit(f"python -m bench: only --quick applies to every benchmark; run python -m bench.NAME for {a!r}")
-        elif a not in available():
-            raise SystemExit(f"python -m bench: no benchmark named {a!r}; there are: {', '.join(available())}")
+        elif a not in known:
+            raise SystemExit(f"python -m bench: no benchmark named {a!r}; there are: {', '.join(known)}")
         else:
             names.append(a)
-    return names or available(), opts
+    return names or known, opts
 
 
 def main(argv: list[str] | None = None) -> int:

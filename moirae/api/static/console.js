@@ -183,6 +183,7 @@ async function steer(id, what, body) {
   } catch (e) { feedback('err', e.message); }
 }
 async function refreshIncident(id) {
+  clearTimeout(refreshTimer);  // this redraw covers any update a pending one was scheduled for
   let inc, ev;
   try {
     [inc, ev] = await Promise.all([api('/api/incidents/' + encodeURIComponent(id)), api('/api/events/' + encodeURIComponent(id))]);
