@@ -47,7 +47,7 @@ from datetime import datetime, timedelta
 
 from ananke.ids import EPOCH, micros
 from ananke.items import Edge, GraphItem, GraphSink, Label, SinkTuple, SinkVertex, SourceVertex
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class UnknownSinkName(MoiraeError, KeyError):

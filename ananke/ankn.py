@@ -39,7 +39,7 @@ from datetime import timedelta
 from ananke.ids import PROV, from_micros, sink_id_col, spark_interval
 from ananke.items import Edge, GraphItem, GraphSink, Label, SinkVertex, SourceVertex
 from ananke.query import ProvSink
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 ITEM_COLUMNS = ("kind", "vertex_kind", "id", "sink", "source_id", "sink_id", "tuple_us", "ts_us", "payload")
 MIN_U = timedelta(milliseconds=1)

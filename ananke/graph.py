@@ -25,7 +25,7 @@ from datetime import timedelta
 from functools import cache
 from typing import Any
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 KINDS = ("source", "filter", "map", "window", "join", "sink")
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 PROV = "_prov"
 """Name of the provenance column carried by every instrumented DataFrame."""

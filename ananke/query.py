@@ -50,7 +50,7 @@ from datetime import timedelta
 from ananke.digest import DigestSpec
 from ananke.graph import OperatorGraph
 from ananke.ids import PROV, prov_struct_col, sink_id_col, spark_interval, to_timedelta
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 ZERO = timedelta(0)
 PROV_TYPE = "array<struct<id:bigint,ts:timestamp>>"

@@ -24,7 +24,7 @@ from datetime import datetime
 
 from ananke.ids import jsonable
 from ananke.items import Edge, GraphItem, Label, SinkVertex, SourceVertex
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 _PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 

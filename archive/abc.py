@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 

@@ -36,7 +36,7 @@ from archive.settings import ArchiveSettings
 from archive.streams import RetentionPolicy, StreamSpec
 from archive.types import ColumnType
 from archive.validate import insert_dead_letters, split_batch, storable
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class SchemaConflict(MoiraeError, ValueError):

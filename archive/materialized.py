@@ -22,7 +22,7 @@ from archive.copy import copy_binary, frame_to_copy_binary
 from archive.ids import source_ids
 from archive.names import partition_name, quote
 from archive.validate import split_batch
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 MATERIALIZED = -1
 

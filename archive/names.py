@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 _STREAM = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _COLUMN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

@@ -26,7 +26,7 @@ import psycopg2
 import psycopg2.extensions
 
 from archive.pool import IdlePool
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 ENV_DSN = "MOIRAE_PG_DSN"
 ENV_RETRY = "MOIRAE_PG_RETRY_SECONDS"

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class UnsupportedType(MoiraeError, TypeError):

@@ -4,7 +4,7 @@
 pyarrow and psycopg2.
 """
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 __all__ = ["Engine", "EngineError", "MoiraeError"]
 

@@ -9,7 +9,7 @@ import argparse
 import signal
 import sys
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from archive.settings import DEFAULT_CHUNK_TARGET_ROWS, ArchiveSettings
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "config" / "moirae.yaml"
 

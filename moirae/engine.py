@@ -34,7 +34,7 @@ from moirae.persist import contributing_view
 from moirae.spark import spark_session
 from moirae.store import database_dsn
 from moirae.supervise import LiveQuery, Supervisor
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 

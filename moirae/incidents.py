@@ -33,7 +33,7 @@ from typing import Any
 
 from moirae.resolution_cache import ResolutionCache
 from recall.api import OutputKind
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 from similarity.incidents import IncidentRule, IncidentTracker
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from pathlib import Path
 from moirae.hadoop_fs import local_fs_config
 from moirae.python_launcher import python_for_workers
 from moirae.worker_daemon import daemon_config
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class JavaMissing(MoiraeError, RuntimeError):

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class ClusterStartError(MoiraeError, RuntimeError):

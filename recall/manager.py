@@ -56,7 +56,7 @@ from recall.manager_worker import Worker, WorkerLoop
 from recall.outputs import Bus
 from recall.task import RecallTask, TaskDescription, TaskIds, TaskStatus, TaskView, plan_chunks
 from scheduler.clock import Clock, MonotonicClock
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 from scheduler.model import Priority
 from scheduler.scheduler import StrideScheduler
 

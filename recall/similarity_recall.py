@@ -41,7 +41,7 @@ from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
 from recall.operator import as_utc
 from recall.similarity_incidents import IncidentTop, PastIncident, ResolutionLookup, resolution_of
 from recall.similarity_source import DEFAULT_CACHE_BYTES, ChunkSource
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 from similarity import ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
 from similarity.errors import NonNumericValue, SnapshotError
 from similarity.explain import explain

@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 DIALECT = "postgres"
 

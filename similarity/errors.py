@@ -7,7 +7,7 @@ offending attribute, value, term or version.
 
 from __future__ import annotations
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class SimilarityError(MoiraeError):

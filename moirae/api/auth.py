@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class ApiError(MoiraeError, ValueError):

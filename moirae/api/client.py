@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 ENV_TOKEN = "MOIRAE_API_TOKEN"
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from moirae import views
-from scheduler.errors import MoiraeError, UnknownEvent
+from moirae.base.errors import MoiraeError
+from scheduler.errors import UnknownEvent
 
 MAX_TICKETS = 1_000_000
 MAX_BULK = 10_000

@@ -32,7 +32,7 @@ import pandas as pd
 import pyarrow as pa
 
 from moirae.commands.registry import command, print_json
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 #: Flags that shape the delivery order (their defaults when not given).
 DISORDER_DEFAULTS = {"out_of_order": 0.0, "min_delay": 0.0, "max_delay": 2000.0, "distribution": "uniform",

@@ -11,7 +11,7 @@ True
 
 from __future__ import annotations
 
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 
 class SourceError(MoiraeError):

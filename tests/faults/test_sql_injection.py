@@ -18,7 +18,7 @@ from moirae import Engine
 from moirae.api import create_app
 from moirae.events import EventRecord
 from recall.operator import Recall
-from scheduler.errors import MoiraeError
+from moirae.base.errors import MoiraeError
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres]
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
