@@ -29,7 +29,8 @@ import pandas as pd
 from sqlglot import exp
 
 from recall.aggregate_expr import PostOps, Row, _number, compile_expr, group_key, to_py
-from recall.split import Aggregate, BadTemplate, SplitQuery, render
+from recall.errors import BadTemplate
+from recall.split import Aggregate, SplitQuery, render
 
 __all__ = ["GroupedMerge", "Moments", "Row", "RowMerge", "compile_expr", "group_key", "to_py"]
 

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 from sqlglot import exp
 
-from recall.split import BadTemplate, SplitQuery, render
+from recall.errors import BadTemplate
+from recall.split import SplitQuery, render
 
 Row = dict[str, Any]
 
@@ -80,6 +81,30 @@ def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) 
         return lambda env: env[text]
     if isinstance(node, exp.Paren | exp.Alias):
         return compile_expr(node.this, keys, params)
+    leaf = _compile_leaf(node, params)
+    if leaf is not None:
+        return leaf
+    sub = [compile_expr(c, keys, params) for c in node.iter_expressions()] if not isinstance(
+        node, exp.Column) else []
+    fn = _compile_operator(node, sub, keys, params) or _compile_function(node, sub, keys, params)
+    if fn is not None:
+        return fn
+    raise BadTemplate(f"cannot evaluate {text!r} after aggregation (columns must be group keys, "
+                      "functions must be aggregates or simple arithmetic)")
+
+
+_Fn = Callable[[Mapping], Any]
+
+_BINARY = {
+    exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.GT: lambda a, b: a > b,
+    exp.GTE: lambda a, b: a >= b, exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
+    exp.Add: lambda a, b: a + b, exp.Sub: lambda a, b: a - b, exp.Mul: lambda a, b: a * b,
+    exp.Div: lambda a, b: _div(a, b), exp.Mod: lambda a, b: math.fmod(a, b) if b else None,
+}
+
+
+def _compile_leaf(node, params: Mapping[str, Any] | None) -> _Fn | None:
+    """A literal, boolean, NULL or bound parameter; None for anything else."""
     if isinstance(node, exp.Literal):
         value = node.this if node.is_string else _number(node.this)
         return lambda env: value
@@ -94,8 +119,11 @@ def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) 
             raise BadTemplate(f"parameter :{name} used after aggregation has no bound value")
         value = to_py(params[name])
         return lambda env: value
-    sub = [compile_expr(c, keys, params) for c in node.iter_expressions()] if not isinstance(
-        node, exp.Column) else []
+    return None
+
+
+def _compile_operator(node, sub: list[_Fn], keys: set[str], params: Mapping[str, Any] | None) -> _Fn | None:
+    """Logic, comparison and arithmetic operators; None for anything else."""
     if isinstance(node, exp.Neg):
         return lambda env: _null1(sub[0](env), lambda a: -a)
     if isinstance(node, exp.Not):
@@ -104,16 +132,10 @@ def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) 
         return lambda env: _and3(f(env) for f in sub)
     if isinstance(node, exp.Or):
         return lambda env: _or3(f(env) for f in sub)
-    binary = {
-        exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b, exp.GT: lambda a, b: a > b,
-        exp.GTE: lambda a, b: a >= b, exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
-        exp.Add: lambda a, b: a + b, exp.Sub: lambda a, b: a - b, exp.Mul: lambda a, b: a * b,
-        exp.Div: _div, exp.Mod: lambda a, b: math.fmod(a, b) if b else None,
-    }
-    for cls, fn in binary.items():
-        if type(node) is cls:
-            left, right = compile_expr(node.this, keys, params), compile_expr(node.expression, keys, params)
-            return lambda env, fn=fn: _null2(left(env), right(env), fn)
+    fn = _BINARY.get(type(node))
+    if fn is not None:
+        left, right = compile_expr(node.this, keys, params), compile_expr(node.expression, keys, params)
+        return lambda env: _null2(left(env), right(env), fn)
     if isinstance(node, exp.Is):
         inner = compile_expr(node.this, keys, params)
         return lambda env: inner(env) is None
@@ -125,6 +147,11 @@ def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) 
         x = compile_expr(node.this, keys, params)
         opts = [compile_expr(o, keys, params) for o in node.expressions]
         return lambda env: _or3(_null2(x(env), o(env), lambda a, b: a == b) for o in opts)
+    return None
+
+
+def _compile_function(node, sub: list[_Fn], keys: set[str], params: Mapping[str, Any] | None) -> _Fn | None:
+    """The scalar functions allowed after aggregation; None for anything else."""
     if isinstance(node, exp.Abs):
         return lambda env: _null1(sub[0](env), abs)
     if isinstance(node, exp.Sqrt):
@@ -144,8 +171,7 @@ def compile_expr(node, keys: set[str], params: Mapping[str, Any] | None = None) 
         if conv is None:
             raise BadTemplate(f"cannot apply {render(node)} after aggregation")
         return lambda env: _null1(x(env), conv)
-    raise BadTemplate(f"cannot evaluate {text!r} after aggregation (columns must be group keys, "
-                      "functions must be aggregates or simple arithmetic)")
+    return None
 
 
 def _div(a, b):

@@ -5,7 +5,8 @@ A *task description* belongs to a deployed Recall or Similarity Recall operator;
 that task's history-query over its next chunk (newest first) and hands the rows back to
 the task's operator, which answers with outputs: new tuples and revisions (M 4.6).
 
-Operators implement :class:`RecallOperator`; the manager never looks inside their state.
+Operators implement :class:`recall.abc.RecallOperator`; the manager never looks inside
+their state.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
-
-import pandas as pd
+from typing import Any
 
 from archive.abc import HistoryQuery
+
+__all__ = ["EndReason", "Interval", "Output", "OutputKind", "TaskSpec"]
 
 
 class OutputKind(StrEnum):
@@ -82,22 +83,3 @@ class TaskSpec:
     feedback_period: int | None = None
     feedback_timeout: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
-
-
-class RecallOperator(Protocol):
-    """A Recall or Similarity Recall operator, as the manager sees it.
-
-    ``start`` makes per-task state (returned to the operator on every call), ``on_chunk``
-    consumes one chunk's rows and returns outputs, ``on_end`` returns final outputs
-    (the manager then emits the event's boundary tuple once all its tasks have ended).
-    """
-
-    name: str
-
-    def task_for(self, event: Mapping[str, Any]) -> TaskSpec: ...
-
-    def start(self, spec: TaskSpec) -> Any: ...
-
-    def on_chunk(self, state: Any, chunk_id: int, covered: Interval, rows: pd.DataFrame) -> list[Output]: ...
-
-    def on_end(self, state: Any, reason: EndReason) -> list[Output]: ...

@@ -1,4 +1,4 @@
-"""The Recall Manager (M 4.3, 4.4; DESIGN.md §4 flows 3 and 6).
+"""The Recall Manager (M 4.3, 4.4; docs/ARCHITECTURE.md).
 
 Recall operators are registered once (their *task description*, M fig. 9); for each new
 event, :meth:`RecallManager.submit` makes one recall task per operator and hands it to
@@ -32,6 +32,12 @@ Steering (M 4.4):
   feedback; :meth:`expire_feedback` (run periodically, :mod:`recall.periodic`) discards
   the tasks of events whose feedback deadline has passed, by the injected clock.
 
+Composition: the manager owns the shared bookkeeping (:class:`~recall.manager_state.ManagerState`),
+the output publisher and the task lifecycle (:mod:`recall.manager_state`), a
+:class:`~recall.manager_worker.WorkerPool` and a :class:`~recall.manager_steer.Steering`,
+each handed only what it uses; the manager itself registers operators, submits tasks and
+answers introspection.
+
 Threads: ``max_concurrent`` workers, no dispatcher: each worker asks the scheduler
 itself, under the manager's one lock (the scheduler is not thread-safe). Operators'
 ``start`` / ``on_chunk`` / ``on_end`` and the output callbacks run outside that lock;
@@ -43,64 +49,36 @@ while the query is known to be the cancelled task's.
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from archive.abc import ChunkStore
-from recall.api import EndReason, Output, OutputKind, RecallOperator
+from recall.abc import RecallOperator
+from recall.api import EndReason
+from recall.errors import DuplicateOperator, ManagerClosed, RecallManagerError, UnknownOperator
+from recall.manager_state import ManagerState, OutputPublisher, OutputSink, TaskLifecycle
 from recall.manager_steer import Steering
-from recall.manager_worker import Worker, WorkerLoop
+from recall.manager_worker import WorkerPool
 from recall.outputs import Bus
 from recall.task import RecallTask, TaskDescription, TaskIds, TaskStatus, TaskView, plan_chunks
+from scheduler.abc import SchedulingPolicy
 from scheduler.clock import Clock, MonotonicClock
-from moirae.base.errors import MoiraeError
 from scheduler.model import Priority
 from scheduler.scheduler import StrideScheduler
 
-log = logging.getLogger(__name__)
-
-OutputSink = Callable[[Output], None]
-
-
-class RecallManagerError(MoiraeError):
-    """Root of the Recall Manager's errors."""
+__all__ = ["DuplicateOperator", "ManagerClosed", "OutputSink", "RecallManager", "RecallManagerError",
+           "UnknownOperator"]
 
 
-class UnknownOperator(RecallManagerError, KeyError):
-    """An operator name that was never registered."""
+class RecallManager:
+    """Runs recall tasks chunk by chunk through a scheduling policy (see the module docstring).
 
-
-class DuplicateOperator(RecallManagerError, ValueError):
-    """An operator name registered twice."""
-
-
-class ManagerClosed(RecallManagerError, RuntimeError):
-    """A call on a manager that has been closed."""
-
-
-@dataclass
-class _Event:
-    eid: str
-    event_ts: Any
-    tasks: dict[str, RecallTask | None] = field(default_factory=dict)  # task id -> task while open
-    reasons: dict[str, str] = field(default_factory=dict)
-    operators: dict[str, None] = field(default_factory=dict)
-    max_seq: int = -1
-    closed: bool = False
-    pending: int = 0  # tasks of an ongoing submit() call not yet registered
-
-
-class RecallManager(WorkerLoop, Steering):
-    """Runs recall tasks chunk by chunk through a scheduler (see the module docstring).
-
-    ``scheduler`` is a :class:`scheduler.scheduler.StrideScheduler` (default: a new one
-    on ``clock``) or anything with its interface (e.g.
-    :class:`recall.manager_fifo.FifoScheduler`). ``on_output`` is one callable or several,
+    ``scheduler`` is a :class:`scheduler.abc.SchedulingPolicy` (default: a new
+    :class:`~scheduler.scheduler.StrideScheduler` on ``clock``; the FIFO baseline is
+    :class:`scheduler.fifo.FifoScheduler`). ``on_output`` is one callable or several,
     called with every :class:`~recall.api.Output` (e.g. a
-    :class:`recall.outputs.ResultsTable`); every output is also published on
+    :class:`recall.outputs.StoredOutputs`); every output is also published on
     :attr:`bus`. ``timeout_ms`` is the statement timeout of each history-query;
     ``retention`` how long (clock seconds) statistics of ended tasks stay visible in
     :meth:`tasks` before :meth:`reap` drops them.
@@ -109,7 +87,7 @@ class RecallManager(WorkerLoop, Steering):
     def __init__(
         self,
         store: ChunkStore,
-        scheduler: Any = None,
+        scheduler: SchedulingPolicy | None = None,
         *,
         max_concurrent: int = 4,
         clock: Clock | None = None,
@@ -122,36 +100,42 @@ class RecallManager(WorkerLoop, Steering):
         if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
             raise ValueError(f"max_concurrent must be an integer >= 1, got {max_concurrent!r}")
         self.store = store
-        self.clock: Clock = clock or getattr(scheduler, "clock", None) or MonotonicClock()
+        self.clock: Clock = clock or (scheduler.clock if scheduler is not None else None) or MonotonicClock()
         self.scheduler = scheduler if scheduler is not None else StrideScheduler(clock=self.clock)
-        self.max_concurrent = max_concurrent
-        self.timeout_ms = timeout_ms
         self.retention = retention
-        self.cancel_wait = cancel_wait
         self.bus = bus or Bus()
-        if on_output is None:
-            self._sinks: list[OutputSink] = []
-        elif callable(on_output):
-            self._sinks = [on_output]
-        else:
-            self._sinks = list(on_output)
-        self.sink_errors = 0
-        self._cond = threading.Condition(threading.RLock())
+        self._state = ManagerState(self.scheduler, self.clock)
+        self._publisher = OutputPublisher(on_output, self.bus, self.clock)
+        self._lifecycle = TaskLifecycle(self._state, self._publisher)
+        self._steering = Steering(self._state, self._lifecycle, cancel_wait=cancel_wait)
         self._descriptions: dict[str, TaskDescription] = {}
-        self._tasks: dict[str, RecallTask] = {}
-        self._events: dict[str, _Event] = {}
-        self._finished: dict[str, TaskView] = {}
         self._ids = TaskIds()
-        self._closing = False
-        self._workers = [Worker(f"moirae-recall-{i}") for i in range(max_concurrent)]
-        for w in self._workers:
-            w.thread = threading.Thread(target=self._work, args=(w,), name=w.name, daemon=True)
-            w.thread.start()
+        self._pool = WorkerPool(self._state, self._lifecycle, store, max_concurrent=max_concurrent,
+                                timeout_ms=timeout_ms)
+        self._pool.start()
+
+    # -- settings held by the collaborators ------------------------------------------
+    @property
+    def max_concurrent(self) -> int:
+        return self._pool.max_concurrent
+
+    @property
+    def timeout_ms(self) -> int | None:
+        return self._pool.timeout_ms
+
+    @property
+    def cancel_wait(self) -> float:
+        return self._steering.cancel_wait
+
+    @property
+    def sink_errors(self) -> int:
+        """How many times an output sink raised (each logged, never propagated)."""
+        return self._publisher.sink_errors
 
     # -- operators and submission ----------------------------------------------------
     def register(self, operator: RecallOperator) -> TaskDescription:
         """Deploy a recall operator: its task description (M fig. 9) is created."""
-        with self._cond:
+        with self._state.cond:
             if operator.name in self._descriptions:
                 raise DuplicateOperator(f"recall operator {operator.name!r} is already registered")
             desc = TaskDescription(operator.name, operator, self.clock.now())
@@ -160,16 +144,16 @@ class RecallManager(WorkerLoop, Steering):
 
     def unregister(self, name: str) -> None:
         """Forget an operator (its running tasks go on until they end)."""
-        with self._cond:
+        with self._state.cond:
             self._description(name)
             del self._descriptions[name]
 
     def descriptions(self) -> list[TaskDescription]:
-        with self._cond:
+        with self._state.cond:
             return list(self._descriptions.values())
 
     def add_sink(self, sink: OutputSink) -> None:
-        self._sinks = [*self._sinks, sink]
+        self._publisher.add_sink(sink)
 
     def submit(self, event: Mapping[str, Any], operators: str | Iterable[str]) -> list[str]:
         """Make and schedule one recall task per named operator for ``event`` (the
@@ -180,12 +164,11 @@ class RecallManager(WorkerLoop, Steering):
         specs = [desc.recall_operator.task_for(event) for desc in descs]
         if not specs:
             return []
+        st = self._state
         # All tasks of this call are announced first, so one that ends at once (a failed
         # first query, an empty archive) cannot close the event before its siblings exist.
-        with self._cond:
-            ev = self._events.get(specs[0].eid)
-            if ev is None or ev.closed:
-                ev = self._events[specs[0].eid] = _Event(specs[0].eid, specs[0].event_ts)
+        with st.cond:
+            ev = st.open_event(specs[0].eid, specs[0].event_ts)
             ev.pending += len(specs)
         ids = []
         try:
@@ -193,16 +176,16 @@ class RecallManager(WorkerLoop, Steering):
                 try:
                     ids.append(self._submit(spec, desc, announced=True))
                 except BaseException:
-                    with self._cond:
+                    with st.cond:
                         ev.pending -= len(specs) - i
                     raise
         finally:
-            with self._cond:
-                boundary = self._close_if_done(ev)
-                if not ev.tasks and not ev.pending and self._events.get(ev.eid) is ev:
-                    del self._events[ev.eid]  # a refused submission leaves nothing behind
+            with st.cond:
+                boundary = self._lifecycle.close_if_done(ev)
+                if not ev.tasks and not ev.pending and st.events.get(ev.eid) is ev:
+                    del st.events[ev.eid]  # a refused submission leaves nothing behind
             if boundary is not None:
-                self._publish_boundary(ev, boundary)
+                self._lifecycle.publish_boundary(ev, boundary)
         return ids
 
     def submit_spec(self, spec: Any) -> str:
@@ -211,7 +194,7 @@ class RecallManager(WorkerLoop, Steering):
         return self._submit(spec, self._description(spec.operator))
 
     def _description(self, name: str) -> TaskDescription:
-        with self._cond:
+        with self._state.cond:
             try:
                 return self._descriptions[name]
             except KeyError:
@@ -224,8 +207,9 @@ class RecallManager(WorkerLoop, Steering):
                              spec.event_ts, spec.bound)
         task = RecallTask(self._ids.next(), spec, desc, chunks, self.clock.now())
         task.state = desc.recall_operator.start(spec)
-        with self._cond:
-            if self._closing:
+        st = self._state
+        with st.cond:
+            if st.closing:
                 raise ManagerClosed(f"the Recall Manager is closed; cannot submit event {spec.eid!r}")
             if chunks:  # first, so a refused submission (bad tickets, say) leaves nothing behind
                 self.scheduler.submit(
@@ -239,107 +223,61 @@ class RecallManager(WorkerLoop, Steering):
                 )
             desc.template = spec.query
             desc.submitted += 1
-            ev = self._events.get(spec.eid)
-            if ev is None or ev.closed:
-                ev = self._events[spec.eid] = _Event(spec.eid, spec.event_ts)
+            ev = st.open_event(spec.eid, spec.event_ts)
             if announced:
                 ev.pending -= 1
             ev.tasks[task.task_id] = task
             ev.operators[spec.operator] = None
-            self._tasks[task.task_id] = task
+            st.tasks[task.task_id] = task
             if chunks:
-                self._cond.notify_all()
+                st.cond.notify_all()
                 return task.task_id
             task.status = TaskStatus.ENDING
-        self._end(task, EndReason.DONE)  # nothing in the archive for it: done at once
+        self._lifecycle.end(task, EndReason.DONE)  # nothing in the archive for it: done at once
         return task.task_id
 
-    # -- ending tasks and events ---------------------------------------------------
-    def _end(self, task: RecallTask, reason: EndReason) -> None:
-        """Finish a task whose scheduler entry is already gone; called by exactly one
-        thread per task (the worker, or the thread that took it from the scheduler)."""
-        outputs: list[Output] = []
-        try:
-            outputs = list(task.description.recall_operator.on_end(task.state, reason))
-        except Exception as exc:
-            msg = f"operator {task.spec.operator!r} failed in on_end({reason.value}): {type(exc).__name__}: {exc}"
-            task.error = f"{task.error}; {msg}" if task.error else msg
-            log.warning("recall task %s: %s", task.task_id, msg)
-        if reason is not EndReason.CANCELLED or outputs:
-            self._emit(task, outputs)
-        boundary: Output | None = None
-        with self._cond:
-            task.end_reason = reason
-            task.status = TaskStatus.ended(reason)
-            task.ended_at = self.clock.now()
-            task.description.ended += 1
-            if reason is not EndReason.CANCELLED:  # cancelled tasks leave nothing behind
-                self._finished[task.task_id] = task.view(None)
-            del self._tasks[task.task_id]
-            ev = self._events[task.spec.eid]
-            ev.tasks[task.task_id] = None
-            ev.reasons[task.task_id] = reason.value
-            ev.max_seq = max(ev.max_seq, task.max_seq)
-            boundary = self._close_if_done(ev)
-            task.state = None  # the operator's state is released with the task
-            self._cond.notify_all()
-        if boundary is not None:
-            self._publish_boundary(ev, boundary)
+    # -- steering (recall.manager_steer) ---------------------------------------------
+    def cancel(self, eid: str, wait: float | None = None) -> int:
+        """Cancel every task of ``eid`` (see :meth:`recall.manager_steer.Steering.cancel`);
+        returns how many tasks were cancelled. Raises UnknownEvent if it has no open task."""
+        return self._steering.cancel(eid, wait)
 
-    def _close_if_done(self, ev: _Event) -> Output | None:
-        """Under the lock: the event's boundary, if every task has ended and no submit()
-        is still adding tasks to it (M 4.6: once all of the event's tasks have ended)."""
-        if ev.closed or ev.pending or not ev.tasks or not all(t is None for t in ev.tasks.values()):
-            return None
-        ev.closed = True
-        return Output(operator=",".join(sorted(ev.operators)), eid=ev.eid, event_ts=ev.event_ts,
-                      kind=OutputKind.BOUNDARY, seq=ev.max_seq + 1, key="",
-                      row={"tasks": len(ev.tasks), "ended": dict(ev.reasons)}, covered=None)
+    def cancel_many(self, eids: Iterable[str], wait: float | None = None) -> dict[str, int]:
+        """Cancel every task of each event in ``eids`` at once; per event with open
+        tasks, how many were cancelled."""
+        return self._steering.cancel_many(eids, wait)
 
-    def _publish_boundary(self, ev: _Event, boundary: Output) -> None:
-        self._publish(boundary)
-        with self._cond:
-            if self._events.get(ev.eid) is ev:
-                del self._events[ev.eid]
-            self._cond.notify_all()
+    def expire_feedback(self, now: float | None = None) -> list[str]:
+        """Discard the tasks of every event whose feedback deadline has passed; returns
+        the discarded task ids."""
+        return self._steering.expire_feedback(now)
 
-    def _emit(self, task: RecallTask, outputs: list[Output]) -> None:
-        if not outputs:
-            return
-        if task.first_result_at is None:
-            task.first_result_at = self.clock.now()
-        task.outputs += len(outputs)
-        for o in outputs:
-            if o.seq > task.max_seq:
-                task.max_seq = o.seq
-            self._publish(o)
+    def accelerate(self, eid: str, tickets: int) -> int:
+        """Give every task of ``eid`` ``tickets`` more tickets (also feedback); returns
+        how many tasks were accelerated."""
+        return self._steering.accelerate(eid, tickets)
 
-    def _publish(self, output: Output) -> None:
-        for sink in self._sinks:
-            try:
-                sink(output)
-            except Exception:
-                self.sink_errors += 1
-                log.exception("a recall output sink failed on %s/%s", output.operator, output.eid)
-        self.bus.publish(output)
+    def feedback(self, eid: str) -> list[str]:
+        """Resume the suspended tasks of ``eid``; returns their ids."""
+        return self._steering.feedback(eid)
 
     # -- introspection -------------------------------------------------------------
     def tasks(self, eid: str | None = None) -> list[TaskView]:
         """Statistics of open tasks and of ended ones still within ``retention``
         (cancelled tasks are not kept), in submission order."""
-        with self._cond:
-            out = []
-            for task in self._tasks.values():
-                if eid is not None and task.spec.eid != eid:
-                    continue
-                tickets = None
-                try:
-                    tickets = self.scheduler.task(task.task_id).tickets
-                except LookupError:
-                    pass
-                out.append(task.view(tickets))
-            out.extend(v for v in self._finished.values() if eid is None or v.eid == eid)
+        st = self._state
+        with st.cond:
+            out = [self._view(task) for task in st.tasks.values() if eid is None or task.spec.eid == eid]
+            out.extend(v for v in st.finished.values() if eid is None or v.eid == eid)
         return sorted(out, key=lambda v: int(v.task_id[1:]))
+
+    def _view(self, task: RecallTask) -> TaskView:
+        tickets = None
+        try:
+            tickets = self.scheduler.task(task.task_id).tickets
+        except LookupError:
+            pass
+        return task.view(tickets)
 
     def task(self, task_id: str) -> TaskView:
         for v in self.tasks():
@@ -348,45 +286,43 @@ class RecallManager(WorkerLoop, Steering):
         raise KeyError(f"no recall task {task_id!r} (unknown, cancelled or reaped)")
 
     def open_events(self) -> list[str]:
-        with self._cond:
-            return [e for e, ev in self._events.items() if not ev.closed]
+        with self._state.cond:
+            return [e for e, ev in self._state.events.items() if not ev.closed]
 
     def reap(self, now: float | None = None) -> int:
         """Drop statistics of tasks that ended ``retention`` seconds ago or more."""
         t = self.clock.now() if now is None else now
-        with self._cond:
-            old = [k for k, v in self._finished.items() if v.ended_at is not None and t - v.ended_at >= self.retention]
+        st = self._state
+        with st.cond:
+            old = [k for k, v in st.finished.items() if v.ended_at is not None and t - v.ended_at >= self.retention]
             for k in old:
-                del self._finished[k]
+                del st.finished[k]
             return len(old)
 
     def connections(self) -> list[int]:
         """Backend pids of the workers' open connections (at most ``max_concurrent``)."""
-        with self._cond:
-            return [w.backend_pid for w in self._workers if w.conn is not None and w.backend_pid is not None]
+        return self._pool.connections()
 
     def running(self) -> int:
         """History-queries in flight now."""
-        with self._cond:
-            return sum(1 for w in self._workers if w.in_query)
+        return self._pool.running()
 
     def threads(self) -> list[threading.Thread]:
-        return [w.thread for w in self._workers if w.thread is not None and w.thread.is_alive()]
+        return self._pool.threads()
 
     # -- shutdown ------------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> None:
         """End every open task as cancelled (running queries are cancelled, boundaries
         published), stop the workers and close their connections. Idempotent."""
-        with self._cond:
-            if self._closing:
+        st = self._state
+        with st.cond:
+            if st.closing:
                 return
-            self._closing = True  # no new submissions; workers stop after their quantum
-            events = [e for e, ev in self._events.items() if not ev.closed]
-            self._cond.notify_all()
-        self.cancel_many(events, wait=timeout)
-        for w in self._workers:
-            if w.thread is not None:
-                w.thread.join(timeout)
+            st.closing = True  # no new submissions; workers stop after their quantum
+            events = [e for e, ev in st.events.items() if not ev.closed]
+            st.cond.notify_all()
+        self._steering.cancel_many(events, wait=timeout)
+        self._pool.join(timeout)
 
     def __enter__(self) -> RecallManager:
         return self

@@ -1,4 +1,4 @@
-"""Steering of recall tasks by event id (M 4.4; DESIGN.md §4 flow 6).
+"""Steering of recall tasks by event id (M 4.4; docs/ARCHITECTURE.md).
 
 - ``cancel(eid)``: the scheduler drops every task of the event; tasks not running end
   here at once; for running ones ``conn.cancel()`` is sent from the calling thread
@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterable
 
 from recall.api import EndReason
+from recall.manager_state import ManagerState, TaskLifecycle
 from recall.task import RecallTask, TaskStatus
 from scheduler.errors import UnknownEvent
 from scheduler.model import TaskState
@@ -32,16 +33,22 @@ log = logging.getLogger("recall.manager")
 
 
 class Steering:
-    """Mixin of :class:`recall.manager.RecallManager`: cancel, accelerate, feedback."""
+    """Cancel, accelerate, feedback and feedback expiry over the shared ``state``; tasks
+    are ended through ``lifecycle``. ``cancel_wait`` is how long (real seconds) a cancel
+    waits by default for running queries to stop."""
+
+    def __init__(self, state: ManagerState, lifecycle: TaskLifecycle, *, cancel_wait: float) -> None:
+        self.state = state
+        self.lifecycle = lifecycle
+        self.cancel_wait = cancel_wait
 
     def cancel(self, eid: str, wait: float | None = None) -> int:
         """Cancel every task of ``eid``: out of the scheduler, its running queries
         cancelled in PostgreSQL, its boundary published. Waits (up to ``wait`` seconds,
         default ``cancel_wait``) until every one has ended; returns how many tasks were
         cancelled. Raises UnknownEvent if the event has no open task."""
-        with self._cond:
-            ev = self._events.get(eid)
-            if ev is None or ev.closed:
+        with self.state.cond:
+            if not self.state.is_open(eid):
                 raise UnknownEvent(f"no open recall task for event {eid!r}")
         return self.cancel_many([eid], wait).get(eid, 0)
 
@@ -53,13 +60,12 @@ class Steering:
         counts: dict[str, int] = {}
         idle: list[RecallTask] = []
         running: list[RecallTask] = []
-        with self._cond:
+        with self.state.cond:
             for eid in dict.fromkeys(eids):
-                ev = self._events.get(eid)
-                if ev is None or ev.closed:
+                if not self.state.is_open(eid):
                     continue
                 try:
-                    ids = self.scheduler.cancel(eid)
+                    ids = self.state.scheduler.cancel(eid)
                 except UnknownEvent:
                     ids = ()
                 i, r = self._stop_tasks(ids, EndReason.CANCELLED)
@@ -67,19 +73,19 @@ class Steering:
                 running.extend(r)
                 counts[eid] = len(ids)
         for task in idle:
-            self._end(task, EndReason.CANCELLED)
+            self.lifecycle.end(task, EndReason.CANCELLED)
         self._await_running(running, deadline)
         return counts
 
     def expire_feedback(self, now: float | None = None) -> list[str]:
         """Discard the tasks of every event whose feedback deadline has passed
         (``now >= deadline``, clock time, M 4.4); returns the discarded task ids."""
-        with self._cond:
-            discarded = self.scheduler.expire(self.clock.now() if now is None else now)
+        with self.state.cond:
+            discarded = self.state.scheduler.expire(self.state.clock.now() if now is None else now)
             ids = [d.task_id for d in discarded]
             idle, running = self._stop_tasks(ids, EndReason.DISCARDED)
         for task in idle:
-            self._end(task, EndReason.DISCARDED)
+            self.lifecycle.end(task, EndReason.DISCARDED)
         self._await_running(running, self._wait_deadline(None))
         return ids
 
@@ -88,7 +94,7 @@ class Steering:
         queries of running ones (their workers end them); return (idle, running)."""
         idle, running = [], []
         for tid in ids:
-            task = self._tasks.get(tid)
+            task = self.state.tasks.get(tid)
             if task is None or task.stop is not None:
                 continue
             task.stop = reason
@@ -112,23 +118,19 @@ class Steering:
         # a worker that cancels from inside an output callback ends its own task later
         me = threading.current_thread()
         running = [t for t in running if t.worker is None or t.worker.thread is not me]
-        with self._cond:
+        st = self.state
+        with st.cond:
             while True:
-                left = [t for t in running if t.task_id in self._tasks or not self._boundary_done(t)]
+                left = [t for t in running if t.task_id in st.tasks or not self.lifecycle.boundary_done(t)]
                 if not left:
                     return
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     log.warning("tasks %s did not stop within the cancel wait", [t.task_id for t in left])
                     return
-                self._cond.wait(min(0.05, remaining))
+                st.cond.wait(min(0.05, remaining))
                 for t in left:  # a cancel sent before the query reached the server is lost: resend
                     self._cancel_query(t)
-
-    def _boundary_done(self, task: RecallTask) -> bool:
-        # a closed event record still present means its boundary is being published
-        ev = self._events.get(task.spec.eid)
-        return ev is None or not ev.closed
 
     def _wait_deadline(self, wait: float | None) -> float:
         # real time on purpose: how long a caller blocks, not a decision of the logic
@@ -137,24 +139,26 @@ class Steering:
     def accelerate(self, eid: str, tickets: int) -> int:
         """Give every task of ``eid`` ``tickets`` more tickets (it also counts as
         feedback); returns how many tasks were accelerated."""
-        with self._cond:
-            n = len(self.scheduler.tasks(eid))
-            self.scheduler.accelerate(eid, tickets)
+        st = self.state
+        with st.cond:
+            n = len(st.scheduler.tasks(eid))
+            st.scheduler.accelerate(eid, tickets)
             self._sync_resumed(eid)
-            self._cond.notify_all()
+            st.cond.notify_all()
             return n
 
     def feedback(self, eid: str) -> list[str]:
         """The user's explicit "continue" for ``eid``: resume its suspended tasks and
         restart their feedback periods. Returns the resumed task ids."""
-        with self._cond:
-            resumed = list(self.scheduler.feedback(eid))
+        st = self.state
+        with st.cond:
+            resumed = list(st.scheduler.feedback(eid))
             self._sync_resumed(eid)
-            self._cond.notify_all()
+            st.cond.notify_all()
             return resumed
 
     def _sync_resumed(self, eid: str) -> None:
-        for info in self.scheduler.tasks(eid):
-            task = self._tasks.get(info.task_id)
+        for info in self.state.scheduler.tasks(eid):
+            task = self.state.tasks.get(info.task_id)
             if task is not None and task.status is TaskStatus.SUSPENDED and info.state is TaskState.RUNNABLE:
                 task.status = TaskStatus.RUNNABLE

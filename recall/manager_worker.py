@@ -1,4 +1,4 @@
-"""The Recall Manager's workers: one thread and one connection per concurrent
+"""The Recall Manager's worker pool: one thread and one connection per concurrent
 history-query (M 4.4: "no more than a fixed number of historical queries execute
 within the RDBMS at any time").
 
@@ -20,15 +20,20 @@ from typing import Any
 
 import psycopg2.extensions
 
+from archive.abc import ChunkStore
+from recall.abc import ChunkFetcher
 from recall.api import EndReason, Interval, Output
+from recall.manager_state import ManagerState, TaskLifecycle
 from recall.task import RecallTask, TaskStatus
-from scheduler.events import TaskSuspended
+from scheduler.events import QuantumGranted, TaskSuspended
 
 log = logging.getLogger("recall.manager")
 
 
 @dataclass
 class Worker:
+    """One worker thread, its connection and the task it runs (read under the lock)."""
+
     name: str
     thread: threading.Thread | None = None
     conn: Any = None
@@ -37,98 +42,184 @@ class Worker:
     backend_pid: int | None = None
 
 
-class WorkerLoop:
-    """Mixin of :class:`recall.manager.RecallManager`: the worker threads."""
+@dataclass
+class _Run:
+    """What one quantum produced: the rows, the operator's outputs, or the error."""
 
+    chunk_id: int
+    rows: Any = None
+    outputs: list[Output] | None = None
+    error: str | None = None
+    stop: EndReason | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return 0 if self.rows is None else len(self.rows)
+
+
+class WorkerPool:
+    """``max_concurrent`` worker threads, each with its own connection from ``store``.
+
+    The pool reads and writes the shared ``state`` under its lock, publishes outputs
+    through ``lifecycle.publisher`` and ends tasks through ``lifecycle``. ``timeout_ms``
+    is the statement timeout of each history-query.
+    """
+
+    def __init__(self, state: ManagerState, lifecycle: TaskLifecycle, store: ChunkStore, *,
+                 max_concurrent: int, timeout_ms: int | None) -> None:
+        self.state = state
+        self.lifecycle = lifecycle
+        self.store = store
+        self.max_concurrent = max_concurrent
+        self.timeout_ms = timeout_ms
+        self.workers = [Worker(f"moirae-recall-{i}") for i in range(max_concurrent)]
+
+    def start(self) -> None:
+        for w in self.workers:
+            w.thread = threading.Thread(target=self._work, args=(w,), name=w.name, daemon=True)
+            w.thread.start()
+
+    def join(self, timeout: float) -> None:
+        for w in self.workers:
+            if w.thread is not None:
+                w.thread.join(timeout)
+
+    def connections(self) -> list[int]:
+        """Backend pids of the workers' open connections (at most ``max_concurrent``)."""
+        with self.state.cond:
+            return [w.backend_pid for w in self.workers if w.conn is not None and w.backend_pid is not None]
+
+    def running(self) -> int:
+        """History-queries in flight now."""
+        with self.state.cond:
+            return sum(1 for w in self.workers if w.in_query)
+
+    def threads(self) -> list[threading.Thread]:
+        return [w.thread for w in self.workers if w.thread is not None and w.thread.is_alive()]
+
+    # -- the loop ------------------------------------------------------------------
     def _work(self, w: Worker) -> None:
         try:
             while True:
                 try:
-                    if not self._quantum(w):
+                    if not self.quantum(w):
                         return
                 except Exception:  # a bug must not silently cost the manager a worker
                     log.exception("recall worker %s: unexpected error; continuing", w.name)
-                    with self._cond:
+                    with self.state.cond:
                         w.task, w.in_query = None, False
         finally:
             self._close_conn(w)
 
-    def _quantum(self, w: Worker) -> bool:
-        """One scheduling round of worker ``w``; False when the manager closes."""
+    def quantum(self, w: Worker) -> bool:
+        """One scheduling round of worker ``w``: take a quantum, run the task's
+        history-query over its next chunk, hand the rows to its operator, publish the
+        outputs and complete the quantum. False when the manager closes."""
         if w.conn is not None and not clean_connection(w.conn):
             self._close_conn(w)
-        with self._cond:
+        task = self._take(w)
+        if task is None:
+            return False
+        t0 = self.state.clock.now()
+        run = self._query(w, task)
+        if run.stop is None and run.error is None:
+            self._apply(task, run)
+        elapsed = self.state.clock.now() - t0
+        if run.stop is None and run.error is None:
+            self.lifecycle.publisher.emit(task, run.outputs or [])
+        end = self._complete(w, task, run, elapsed)
+        if end is not None:
+            if end is EndReason.FAILED:
+                log.warning("recall task %s (event %s) failed: %s", task.task_id, task.spec.eid, run.error)
+            self.lifecycle.end(task, end)
+        return True
+
+    def _take(self, w: Worker) -> RecallTask | None:
+        """Wait for the policy to grant a quantum; the granted task, marked running on
+        ``w`` (None when the manager closes)."""
+        st = self.state
+        with st.cond:
             while True:
-                if self._closing:
-                    return False
-                # load: the fraction of history-query slots in use if this one is filled,
-                # so a materialization task only takes a slot while at most half are busy
-                # (M 4.4: lower priority "only when the system is lightly-loaded")
-                busy = sum(1 for x in self._workers if x.task is not None)
-                grant = self.scheduler.choose(load=(busy + 1) / self.max_concurrent)
+                if st.closing:
+                    return None
+                grant = self._choose()
                 if grant is not None:
                     break
-                self._cond.wait(0.5)
-            task = self._tasks[grant.task_id]
+                st.cond.wait(0.5)
+            task = st.tasks[grant.task_id]
             task.status = TaskStatus.RUNNING
             task.worker = w
             w.task = task
             w.in_query = True
-            chunk_id = task.next_chunk
-        assert chunk_id is not None  # a task leaves the scheduler when its chunks run out
-        t0 = self.clock.now()
-        rows = None
-        error: str | None = None
-        try:
-            def step():
-                fetch = getattr(task.description.recall_operator, "fetch_chunk", None)
-                if fetch is not None:  # an operator that keeps its own per-chunk index (Similarity Recall)
-                    return fetch(task.state, chunk_id, self._conn(w), self.timeout_ms)
-                return self.store.run_history_query(task.spec.query, task.spec.params, chunk_id,
-                                                    conn=self._conn(w), timeout_ms=self.timeout_ms)
+            return task
 
-            db = getattr(self.store, "db", None)
+    def _choose(self) -> QuantumGranted | None:
+        # load: the fraction of history-query slots in use if this one is filled,
+        # so a materialization task only takes a slot while at most half are busy
+        # (M 4.4: lower priority "only when the system is lightly-loaded")
+        busy = sum(1 for x in self.workers if x.task is not None)
+        return self.state.scheduler.choose(load=(busy + 1) / self.max_concurrent)
+
+    def _query(self, w: Worker, task: RecallTask) -> _Run:
+        """Run the task's history-query over its next chunk on ``w``'s connection."""
+        chunk_id = task.next_chunk
+        assert chunk_id is not None  # a task leaves the scheduler when its chunks run out
+        run = _Run(chunk_id)
+
+        op = task.description.recall_operator
+
+        def step():
+            if isinstance(op, ChunkFetcher):  # an operator that keeps its own per-chunk index (Similarity Recall)
+                return op.fetch_chunk(task.state, chunk_id, self._conn(w), self.timeout_ms)
+            return self.store.run_history_query(task.spec.query, task.spec.params, chunk_id,
+                                                conn=self._conn(w), timeout_ms=self.timeout_ms)
+
+        try:
             # a server restart drops the worker's connection: reconnect with backoff and rerun
             # this chunk (a read-only query) instead of failing the task (archive.pg.Database.retry)
-            rows = step() if db is None else db.retry(step, "history-query", on_lost=lambda: self._close_conn(w))
+            run.rows = self.store.retry(step, "history-query", on_lost=lambda: self._close_conn(w))
         except Exception as exc:
-            error = f"history-query over chunk {chunk_id} failed: {type(exc).__name__}: {exc}".strip()
-        with self._cond:
+            run.error = f"history-query over chunk {chunk_id} failed: {type(exc).__name__}: {exc}".strip()
+        with self.state.cond:
             w.in_query = False  # from here on no conn.cancel() may target this task
-            stop = task.stop
-        if error is not None and w.conn is not None and not clean_connection(w.conn):
+            run.stop = task.stop
+        if run.error is not None and w.conn is not None and not clean_connection(w.conn):
             self._close_conn(w)
-        outputs: list[Output] = []
-        covered: Interval | None = None
-        if stop is None and error is None:
-            covered = task.covered(self.store.grid_for(task.spec.query.streams), chunk_id)
-            try:
-                outputs = list(task.description.recall_operator.on_chunk(task.state, chunk_id, covered, rows))
-            except Exception as exc:
-                error = f"operator {task.spec.operator!r} failed on chunk {chunk_id}: {type(exc).__name__}: {exc}"
-        elapsed = self.clock.now() - t0
-        n_rows = 0 if rows is None else len(rows)
-        if stop is None and error is None:
-            self._emit(task, outputs)
-        with self._cond:
+        return run
+
+    def _apply(self, task: RecallTask, run: _Run) -> None:
+        """Hand the chunk's rows to the task's operator (outside the lock)."""
+        covered: Interval = task.covered(self.store.grid_for(task.spec.query.streams), run.chunk_id)
+        try:
+            run.outputs = list(task.description.recall_operator.on_chunk(task.state, run.chunk_id, covered,
+                                                                         run.rows))
+        except Exception as exc:
+            run.error = (f"operator {task.spec.operator!r} failed on chunk {run.chunk_id}: "
+                         f"{type(exc).__name__}: {exc}")
+
+    def _complete(self, w: Worker, task: RecallTask, run: _Run, elapsed: float) -> EndReason | None:
+        """Under the lock: complete the quantum (tickets are deducted in proportion to
+        the rows, M 4.4) and update the task's statistics; how the task ends, if it does."""
+        st = self.state
+        with st.cond:
             task.time_spent += elapsed
             w.task = None
             task.worker = None
-            if error is None and stop is None:
+            if run.error is None and run.stop is None:
                 task.next_index += 1
-                task.rows += n_rows
+                task.rows += run.n_rows
                 if task.first_chunk_at is None:
-                    task.first_chunk_at = self.clock.now()
+                    task.first_chunk_at = st.clock.now()
             end: EndReason | None = task.stop
             if end is not None:  # cancelled / discarded meanwhile: the scheduler forgets it
-                self.scheduler.complete(task.task_id, results=n_rows)
-            elif error is not None:
-                task.error = error
+                st.scheduler.complete(task.task_id, results=run.n_rows)
+            elif run.error is not None:
+                task.error = run.error
                 end = EndReason.FAILED
-                self.scheduler.complete(task.task_id, results=0, done=True)
+                st.scheduler.complete(task.task_id, results=0, done=True)
             else:
                 done = task.next_chunk is None
-                events = self.scheduler.complete(task.task_id, results=n_rows, done=done)
+                events = st.scheduler.complete(task.task_id, results=run.n_rows, done=done)
                 if done:
                     end = EndReason.DONE
                 elif any(isinstance(e, TaskSuspended) for e in events):
@@ -137,12 +228,8 @@ class WorkerLoop:
                     task.status = TaskStatus.RUNNABLE
             if end is not None:
                 task.status = TaskStatus.ENDING
-            self._cond.notify_all()
-        if end is not None:
-            if end is EndReason.FAILED:
-                log.warning("recall task %s (event %s) failed: %s", task.task_id, task.spec.eid, error)
-            self._end(task, end)
-        return True
+            st.cond.notify_all()
+            return end
 
     def _conn(self, w: Worker) -> Any:
         if w.conn is None or getattr(w.conn, "closed", False):

@@ -28,7 +28,7 @@ normally the exact values over the history actually read are emitted.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -39,7 +39,8 @@ from sqlglot import exp
 from archive.abc import ChunkStore, HistoryQuery
 from recall.aggregate import GroupedMerge, Row, RowMerge, to_py
 from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
-from recall.split import DIALECT, BadTemplate, SplitQuery, UnknownEventAttribute, parse_select, split_template
+from recall.errors import BadTemplate, UnknownEventAttribute
+from recall.split import DIALECT, SplitQuery, parse_select, split_template
 
 PERIOD_FROM, PERIOD_TO = "moirae_from", "moirae_to"
 
@@ -64,7 +65,7 @@ def union(a: Interval | None, b: Interval) -> Interval:
 
 def _default_time_column(sql: str, store: Any) -> str | None:
     """``alias.ts_col`` of the one stream ``sql`` reads, if the store can tell."""
-    if store is None or not hasattr(store, "stream"):
+    if store is None:
         return None
     tables = list(parse_select(sql).find_all(exp.Table))
     if len({t.name for t in tables}) != 1:
@@ -95,8 +96,39 @@ class RecallState:
         return dict(self.emitted)
 
 
+@dataclass(frozen=True)
+class RecallSpec:
+    """The standard Recall operator (M 3.2, 4.5.1); the fields are the arguments of
+    :class:`recall.operator.Recall`, which documents them."""
+
+    name: str
+    sql: str
+    period: timedelta | None = None
+    bound: timedelta | None = None
+    tickets: int = 100
+    feedback_period: int | None = 10
+    feedback_timeout: float | None = None
+    event_attrs: tuple[str, ...] | None = None
+    time_column: str | None = None
+    event_alias: str = "e"
+    eid_attr: str = "eid"
+    ts_attr: str = "ts"
+    extrapolate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.event_attrs is not None:
+            object.__setattr__(self, "event_attrs", tuple(self.event_attrs))
+
+    def build(self, store: ChunkStore | None = None) -> Recall:
+        """The operator logic; with a ``store`` its chunk query is validated by it."""
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Recall(kw.pop("name"), kw.pop("sql"), store=store, **kw)
+
+
 class Recall:
-    """A deployed standard Recall operator (implements ``recall.api.RecallOperator``).
+    """A deployed standard Recall operator's logic (implements
+    :class:`recall.abc.RecallOperator`); its frozen description is :attr:`spec`
+    (:class:`RecallSpec`, whose ``build`` makes one).
 
     ``sql`` is the history-query template (``:attr`` or ``e.attr`` bind event
     attributes). ``period`` asks for a time period before the event; it makes sums and
@@ -129,6 +161,10 @@ class Recall:
         for what, value in (("period", period), ("bound", bound)):
             if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
                 raise BadTemplate(f"{what} of Recall {name!r} must be a positive timedelta, got {value!r}")
+        self.spec = RecallSpec(name, sql, period=period, bound=bound, tickets=tickets,
+                               feedback_period=feedback_period, feedback_timeout=feedback_timeout,
+                               event_attrs=event_attrs, time_column=time_column, event_alias=event_alias,
+                               eid_attr=eid_attr, ts_attr=ts_attr, extrapolate=extrapolate)
         self.name = name
         self.period, self.bound = period, bound if bound is not None else period
         self.tickets, self.feedback_period, self.feedback_timeout = tickets, feedback_period, feedback_timeout

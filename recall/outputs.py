@@ -1,9 +1,9 @@
-"""Where recall outputs go: an in-process publish/subscribe bus and a results table.
+"""Where recall outputs go: an in-process publish/subscribe bus and the stored outputs.
 
 Every :class:`~recall.api.Output` a recall operator emits (new tuples, revisions and
-the manager's boundary tuples, M 4.6) is *published* (DESIGN.md §4 flow 3): the API's
+the manager's boundary tuples, M 4.6) is *published* (docs/ARCHITECTURE.md): the API's
 live update stream and the console subscribe to a :class:`Bus`, and a
-:class:`ResultsTable` keeps them in PostgreSQL (``moirae_recall_outputs``) for
+:class:`StoredOutputs` keeps them in PostgreSQL (``moirae_recall_outputs``) for
 ``GET /api/events/{eid}``.
 
 Neither may slow the Recall Manager down:
@@ -216,8 +216,10 @@ def _record(o: Output) -> tuple:
             cov.start if cov else None, cov.end if cov else None)
 
 
-class ResultsTable:
-    """``moirae_recall_outputs``, appended to by a writer thread in batches.
+class StoredOutputs:
+    """The output stream as stored, in order, in ``moirae_recall_outputs``, appended to
+    by a writer thread in batches (the applied result table of an output stream is
+    :class:`recall.revision_ops.ResultTable`).
 
     ``db`` is an ``archive.pg.Database``. ``append`` is cheap and thread-safe; the writer
     commits up to ``batch_size`` outputs per statement, at least every
@@ -245,7 +247,7 @@ class ResultsTable:
     def append(self, output: Output) -> None:
         with self._cond:
             if self._closing:
-                raise RuntimeError("ResultsTable is closed")
+                raise RuntimeError("StoredOutputs is closed")
             self._pending.append(output)
             self._appended += 1
             if len(self._pending) >= self.batch_size:

@@ -1,6 +1,6 @@
 """The Recall Manager's periodic work, on APScheduler 3 (a ``BackgroundScheduler``).
 
-Two interval jobs (DESIGN.md §4 flow 6):
+Two interval jobs (docs/ARCHITECTURE.md):
 
 - ``feedback``: :meth:`RecallManager.expire_feedback` every ``feedback_every`` seconds,
   discarding the tasks of events whose feedback deadline has passed (M 4.4). The job

@@ -35,13 +35,30 @@ from datetime import datetime
 from typing import Any
 
 from recall.api import Interval, Output, OutputKind
-from recall.split import RecallError
+from recall.errors import RecallError, RevisionError  # noqa: F401  (re-exported)
 
 Row = Mapping[str, Any]
 
 
-class RevisionError(RecallError, ValueError):
-    """An output stream that contradicts itself (an update of a row never inserted...)."""
+def apply_revision(rows: dict[str, Row], out: Output) -> None:
+    """Apply one recall output to ``rows`` (key -> row) as a subscriber does (M 4.6): an
+    insert or an update holds a copy of its row under its key, a delete removes the key
+    (if held), a boundary changes nothing. The one revision applier: it checks nothing,
+    so a consumer that sees part of a stream (the console, the terminal board) takes it
+    as it comes; :class:`ResultTable` checks the stream before applying it here.
+
+    >>> from datetime import UTC, datetime
+    >>> t, rows = datetime(2026, 1, 1, tzinfo=UTC), {}
+    >>> apply_revision(rows, Output("r", "e1", t, OutputKind.INSERT, 1, "a", {"v": 1}, None))
+    >>> apply_revision(rows, Output("r", "e1", t, OutputKind.UPDATE, 2, "a", {"v": 2}, None))
+    >>> apply_revision(rows, Output("r", "e1", t, OutputKind.DELETE, 3, "b", {"v": 0}, None))
+    >>> rows
+    {'a': {'v': 2}}
+    """
+    if out.kind is OutputKind.DELETE:
+        rows.pop(out.key, None)
+    elif out.kind is not OutputKind.BOUNDARY:
+        rows[out.key] = dict(out.row)
 
 
 class ResultTable:
@@ -70,17 +87,12 @@ class ResultTable:
         self.last_seq[out.eid] = out.seq
         if out.kind is OutputKind.BOUNDARY:
             self.closed.add(out.eid)
-        elif out.kind is OutputKind.INSERT:
-            if out.key in table:
-                raise RevisionError(f"insert of key {out.key!r} of event {out.eid!r} already present")
-            table[out.key] = dict(out.row)
-        else:
-            if out.key not in table:
-                raise RevisionError(f"{out.kind.value} of key {out.key!r} of event {out.eid!r} never inserted")
-            if out.kind is OutputKind.UPDATE:
-                table[out.key] = dict(out.row)
-            else:
-                del table[out.key]
+            return
+        if out.kind is OutputKind.INSERT and out.key in table:
+            raise RevisionError(f"insert of key {out.key!r} of event {out.eid!r} already present")
+        if out.kind is not OutputKind.INSERT and out.key not in table:
+            raise RevisionError(f"{out.kind.value} of key {out.key!r} of event {out.eid!r} never inserted")
+        apply_revision(table, out)
 
     def rows(self, eid: str) -> dict[str, Row]:
         return dict(self.tables.get(eid, {}))

@@ -177,12 +177,28 @@ class IncidentTop:
 
         Vectorised: array passes over the chunk's detections and incidents and over the
         frontier; Python objects only for the incidents that enter the top k."""
-        n = len(eids)
-        if n == 0:
+        if len(eids) == 0:
             return [], []
         eids = np.asarray(eids, dtype=object)
         ts = np.asarray(ts_ns, dtype=np.int64)
-        scores = np.asarray(scores, dtype=np.float64)
+        c = self._chunk_incidents(eids, ts, keys, np.asarray(scores, dtype=np.float64), surrounding, contexts, groups)
+        f = self.frontier
+        fpos = _positions(f.key, c.key)
+        renamed = self._link(c, f, fpos)
+        old_held = self.held
+        self.held = self._ranked(c, renamed)
+        self._advance_frontier(c, f, fpos, int(ts.min()))
+        was = {p.id: p for p in old_held}
+        now = {p.id: p for p in self.held}
+        deleted = [p for p in old_held if p.id not in now or not now[p.id].same(p)]
+        inserted = [p for p in self.held if p.id not in was or not was[p.id].same(p)]
+        return deleted, inserted
+
+    def _chunk_incidents(self, eids: np.ndarray, ts: np.ndarray, keys: Sequence[str], scores: np.ndarray,
+                         surrounding: Mapping[str, dict[str, list[dict]]] | None,
+                         contexts: Mapping[str, list] | None, groups: ChunkGroups | None) -> _Incidents:
+        """The chunk's incidents as columns, each represented by its best window; the
+        chunk's context and surrounding rows are remembered under a new source number."""
         g = groups if groups is not None else chunk_groups(np.asarray(keys, dtype=object), ts, eids, self.rule,
                                                            self.distinct_keys)
         src = self._next
@@ -191,40 +207,45 @@ class IncidentTop:
         best = g.best(scores)
         rep = g.representatives(scores, best)
         m = g.m
-        track = self._tracking = self._tracking or bool(surrounding)
-        if track and surrounding:
+        self._tracking = self._tracking or bool(surrounding)
+        if self._tracking and surrounding:
             parts = _objs([[(src, e.tolist())] for e in np.split(eids[g.order], g.starts[1:-1])])
         else:
             parts = np.full(m, None, dtype=object)
-        c = _Incidents(g.key, g.ids, best, ts[rep], eids[rep], g.first_ns.copy(),
-                       g.last_ns.copy(), g.count.astype(np.int64), np.zeros(m, dtype=bool), np.full(m, src), parts)
-        # 1. links: the newest incident of a frontier key joins that key's frontier incident
-        f = self.frontier
-        fpos = _positions(f.key, c.key)
+        return _Incidents(g.key, g.ids, best, ts[rep], eids[rep], g.first_ns.copy(),
+                          g.last_ns.copy(), g.count.astype(np.int64), np.zeros(m, dtype=bool), np.full(m, src), parts)
+
+    def _link(self, c: _Incidents, f: _Incidents, fpos: np.ndarray) -> dict[str, int]:
+        """The newest chunk incident of each frontier key joins that key's frontier
+        incident when within a step (in place, in ``c``); returns ``{frontier id: chunk
+        incident}`` of the joined ones. The live incident follows its renames."""
         idx = np.flatnonzero(fpos >= 0)
-        renamed: dict[str, int] = {}
-        if idx.size:
-            idx = idx[np.lexsort((c.last[idx], fpos[idx]))]
-            fp = fpos[idx]
-            newest = np.append(fp[1:] != fp[:-1], True)
-            j, fj = idx[newest], fp[newest]
-            ok = f.first[fj] - c.last[j] <= self.rule.step_ns
-            j, fj = j[ok], fj[ok]
-            if j.size:
-                better = (f.score[fj] > c.score[j]) | ((f.score[fj] == c.score[j]) & (
-                    (f.ts[fj] > c.ts[j]) | ((f.ts[fj] == c.ts[j]) & (f.eid[fj] < c.eid[j]).astype(bool))))
-                for col in ("score", "ts", "eid", "src"):
-                    getattr(c, col)[j] = np.where(better, getattr(f, col)[fj], getattr(c, col)[j])
-                c.last[j] = np.maximum(c.last[j], f.last[fj])
-                c.windows[j] += f.windows[fj]
-                c.live[j] |= f.live[fj]
-                if track:
-                    c.parts[j] = _objs([(a or []) + (b or []) for a, b in zip(c.parts[j].tolist(), f.parts[fj].tolist(),
-                                                                              strict=True)])
-                renamed = dict(zip(f.id[fj].tolist(), j.tolist(), strict=True))
-                for jj in j[c.live[j]].tolist():
-                    self._live = str(c.id[jj])
-        # 2. the held top k over held (as merged) and this chunk's best incidents
+        if not idx.size:
+            return {}
+        idx = idx[np.lexsort((c.last[idx], fpos[idx]))]
+        fp = fpos[idx]
+        newest = np.append(fp[1:] != fp[:-1], True)
+        j, fj = idx[newest], fp[newest]
+        ok = f.first[fj] - c.last[j] <= self.rule.step_ns
+        j, fj = j[ok], fj[ok]
+        if not j.size:
+            return {}
+        better = (f.score[fj] > c.score[j]) | ((f.score[fj] == c.score[j]) & (
+            (f.ts[fj] > c.ts[j]) | ((f.ts[fj] == c.ts[j]) & (f.eid[fj] < c.eid[j]).astype(bool))))
+        for col in ("score", "ts", "eid", "src"):
+            getattr(c, col)[j] = np.where(better, getattr(f, col)[fj], getattr(c, col)[j])
+        c.last[j] = np.maximum(c.last[j], f.last[fj])
+        c.windows[j] += f.windows[fj]
+        c.live[j] |= f.live[fj]
+        if self._tracking:
+            c.parts[j] = _objs([(a or []) + (b or []) for a, b in zip(c.parts[j].tolist(), f.parts[fj].tolist(),
+                                                                      strict=True)])
+        for jj in j[c.live[j]].tolist():
+            self._live = str(c.id[jj])
+        return dict(zip(f.id[fj].tolist(), j.tolist(), strict=True))
+
+    def _ranked(self, c: _Incidents, renamed: dict[str, int]) -> list[PastIncident]:
+        """The top k over the held incidents (as merged) and the chunk's best ones."""
         eff = np.where(c.live, 0.0, c.score)
         cand = np.flatnonzero(eff > 0)
         if cand.size > self.k:
@@ -238,10 +259,12 @@ class IncidentTop:
             pool[q.id] = q
         pool.update({p.id: p for p in made.values()})
         ranked = sorted((p for p in pool.values() if p.score > 0 and not p.live), key=PastIncident.key_order)
-        old_held = self.held
-        self.held = ranked[: self.k]
-        # 3. the frontier: per key the oldest incident still within a step of the oldest time read
-        reach = int(ts.min()) + self.rule.step_ns
+        return ranked[: self.k]
+
+    def _advance_frontier(self, c: _Incidents, f: _Incidents, fpos: np.ndarray, oldest_ns: int) -> None:
+        """Per key, keep the oldest incident still within a step of the oldest time read
+        (``oldest_ns``); forget the sources no kept incident needs."""
+        reach = oldest_ns + self.rule.step_ns
         near = np.flatnonzero(c.first < reach)
         near = near[np.argsort(c.first[near], kind="stable")]
         near = near[_first_of_each(c.key[near])]
@@ -250,11 +273,6 @@ class IncidentTop:
         self.frontier = _Incidents.concat(f.take(np.flatnonzero(~in_chunk & (f.first < reach))), c.take(near))
         keep = set(self.frontier.src.tolist()) | {-1}
         self._sources = {s: v for s, v in self._sources.items() if s in keep}
-        was = {p.id: p for p in old_held}
-        now = {p.id: p for p in self.held}
-        deleted = [p for p in old_held if p.id not in now or not now[p.id].same(p)]
-        inserted = [p for p in self.held if p.id not in was or not was[p.id].same(p)]
-        return deleted, inserted
 
     def _made(self, c: _Incidents, j: int) -> PastIncident:
         contexts = self._sources[int(c.src[j])][0]
@@ -264,8 +282,8 @@ class IncidentTop:
 
 
 # A chunk holds a few detections and the frontier a few keys, so the two lookups below
-# are plain dicts: a pandas Index costs about 30 us to build and takes and gives back
-# the GIL, which in the engine's contended driver made it the largest part of a chunk.
+# are plain dicts: building a pandas Index per chunk would cost more than the lookups
+# and release the GIL to Spark's threads in the engine's driver.
 
 def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Each of ``wanted``'s place in ``keys`` (distinct), -1 where absent."""

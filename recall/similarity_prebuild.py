@@ -1,4 +1,4 @@
-"""Similarity indexes built in the background when chunks become final (issue 10 §1).
+"""Similarity indexes built in the background when chunks become final.
 
 M 3.5: the TF of a context "can be computed once and stored with the context"; M 4.2:
 "While materializing past events and contexts, Moirae can optionally index the resulting

@@ -29,7 +29,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -38,10 +38,10 @@ import pandas as pd
 
 from archive.abc import ChunkStore, HistoryQuery
 from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
+from recall.errors import SimilarityRecallError
 from recall.operator import as_utc
 from recall.similarity_incidents import IncidentTop, PastIncident, ResolutionLookup, resolution_of
 from recall.similarity_source import DEFAULT_CACHE_BYTES, ChunkSource
-from moirae.base.errors import MoiraeError
 from similarity import ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
 from similarity.errors import NonNumericValue, SnapshotError
 from similarity.explain import explain
@@ -55,10 +55,6 @@ log = logging.getLogger(__name__)
 STATUS_KEY = "__status__"
 #: refused contexts whose reasons an operator keeps (the latest)
 REJECTED_KEPT = 1000
-
-
-class SimilarityRecallError(MoiraeError, ValueError):
-    """A Similarity Recall that cannot be built; names the operator and the problem."""
 
 
 @dataclass
@@ -75,8 +71,78 @@ class _State:
     status: dict | None = None  # the status row held (a partial one while the search pauses)
 
 
+@dataclass(frozen=True)
+class NoveltySpec:
+    """The settings of a :class:`~similarity.novelty.NoveltyCalibrator` (each build
+    gets a fresh calibrator: its learned scores belong to the logic, not the spec)."""
+
+    quantile: float = 0.05
+    min_samples: int = 20
+    window: int = 2000
+    fixed: float | None = None
+
+    @classmethod
+    def of(cls, calibrator: NoveltyCalibrator) -> NoveltySpec:
+        return cls(calibrator.quantile, calibrator.min_samples, calibrator.window, calibrator.fixed)
+
+    def build(self) -> NoveltyCalibrator:
+        return NoveltyCalibrator(quantile=self.quantile, min_samples=self.min_samples, window=self.window,
+                                 fixed=self.fixed)
+
+
+@dataclass(frozen=True)
+class SimilarityRecallSpec:
+    """The Similarity Recall operator (M 3.4, 4.5.2); the fields are the arguments of
+    :class:`recall.similarity_recall.SimilarityRecall`, which documents them.
+    ``numeric`` may be given as a mapping or as attribute names (default specs); it is
+    kept as sorted ``(name, NumericSpec)`` pairs."""
+
+    name: str
+    event: str
+    context_streams: tuple[str, ...]
+    k: int = 5
+    surrounding_streams: tuple[str, ...] = ()
+    event_stream: str | None = None
+    numeric: tuple[tuple[str, NumericSpec], ...] = ()
+    tickets: int = 100
+    feedback_period: int | None = 20
+    feedback_timeout: float | None = None
+    bound: timedelta | None = None
+    eid_attr: str = "eid"
+    ts_attr: str = "ts"
+    exclude_recent: timedelta = timedelta(0)
+    incidents: IncidentRule | None = None
+    novelty: NoveltySpec = NoveltySpec()
+    explain_terms: int = 5
+    idf: str = "paper"
+    index_cache_bytes: int = DEFAULT_CACHE_BYTES
+    persist_index: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "context_streams", tuple(self.context_streams))
+        object.__setattr__(self, "surrounding_streams", tuple(self.surrounding_streams))
+        numeric: Mapping[str, NumericSpec] | Iterable[Any] = self.numeric
+        if isinstance(numeric, Mapping):
+            pairs = numeric.items()
+        else:
+            pairs = [(n, NumericSpec()) if isinstance(n, str) else tuple(n) for n in numeric]
+        object.__setattr__(self, "numeric", tuple(sorted(pairs, key=lambda p: p[0])))
+        if isinstance(self.novelty, NoveltyCalibrator):
+            object.__setattr__(self, "novelty", NoveltySpec.of(self.novelty))
+
+    def build(self, store: ChunkStore, resolutions: ResolutionLookup | None = None) -> SimilarityRecall:
+        """The operator logic on ``store``; ``resolutions`` looks up recorded resolutions."""
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        kw["numeric"] = dict(self.numeric)
+        kw["novelty"] = self.novelty.build()
+        return SimilarityRecall(kw.pop("name"), store=store, resolutions=resolutions, **kw)
+
+
 class SimilarityRecall:
-    """``SimilarityRecall(name, event=..., store=..., context_streams=[...], k=5)``.
+    """``SimilarityRecall(name, event=..., store=..., context_streams=[...], k=5)``: the
+    operator's logic (:class:`recall.abc.RecallOperator`, :class:`recall.abc.ChunkFetcher`,
+    :class:`recall.abc.Snapshotting`); its frozen description is :attr:`spec`
+    (:class:`SimilarityRecallSpec`, whose ``build`` makes one).
 
     ``context_streams`` are the archived streams of the event type's context-queries
     (``(eid, ts, attrs...)``), ``surrounding_streams`` those of its surrounding queries
@@ -112,12 +178,19 @@ class SimilarityRecall:
                  persist_index: bool = True) -> None:
         if k < 1:
             raise SimilarityRecallError(f"Similarity Recall {name!r}: k must be >= 1, got {k!r}")
+        novelty = novelty or NoveltyCalibrator()
+        specs = numeric if isinstance(numeric, Mapping) else {n: NumericSpec() for n in numeric}
+        self.spec = SimilarityRecallSpec(
+            name, event, tuple(context_streams), k=k, surrounding_streams=tuple(surrounding_streams),
+            event_stream=event_stream, numeric=specs, tickets=tickets, feedback_period=feedback_period,
+            feedback_timeout=feedback_timeout, bound=bound, eid_attr=eid_attr, ts_attr=ts_attr,
+            exclude_recent=exclude_recent, incidents=incidents, novelty=NoveltySpec.of(novelty),
+            explain_terms=explain_terms, idf=idf, index_cache_bytes=index_cache_bytes, persist_index=persist_index)
         self.name, self.event, self.k = name, event, k
         self.store = store
         self.event_stream = event_stream or f"ev_{event}"
         self.context_streams = tuple(context_streams)
         self.surrounding_streams = tuple(surrounding_streams)
-        specs = numeric if isinstance(numeric, Mapping) else {n: NumericSpec() for n in numeric}
         self.config = SimilarityConfig(numeric=dict(specs), idf=idf)  # idf: "paper" (M 3.5) or "smooth"
         self.stats = ContextStatistics(self.config, event_type=event)
         self.tickets, self.feedback_period, self.feedback_timeout = tickets, feedback_period, feedback_timeout
@@ -125,7 +198,7 @@ class SimilarityRecall:
         self.exclude_recent = exclude_recent
         self.incident_rule = incidents
         self.resolutions = resolutions
-        self.novelty = novelty or NoveltyCalibrator()
+        self.novelty = novelty
         self.explain_terms = explain_terms
         self._learned = LearnedIds()  # 8 bytes an event, for the life of the operator
         self._unsaved: list[str] = []  # learned since the last state_delta (persisted incrementally)
@@ -133,44 +206,17 @@ class SimilarityRecall:
         #: (eid, reason) of the latest contexts refused by learn_event (``refused`` counts all)
         self.rejected: deque[tuple[str, str]] = deque(maxlen=REJECTED_KEPT)
         self.refused = 0
-        self.query = self._build_query()
+        self.query: HistoryQuery = self.store.prepare(_history_sql(self))
         self.source = ChunkSource(self, index_cache_bytes, persist_index)
 
-    def _build_query(self) -> HistoryQuery:
-        parts = [f"SELECT e.{self.eid_attr}::text AS eid, e.{self.ts_attr} AS ts, NULL::text AS attr, "
-                 f"{self._key_sql()} AS value, 'event' AS part FROM {self.event_stream} e"]
-        for kind, streams in (("context", self.context_streams), ("surrounding", self.surrounding_streams)):
-            for stream in streams:
-                for col in self._columns(stream):
-                    parts.append(f"SELECT c.{self.eid_attr}::text, c.{self.ts_attr}, '{col}', c.\"{col}\"::text, "
-                                 f"'{kind}:{stream}' FROM {stream} c")
-        return self.store.prepare(" UNION ALL ".join(parts))
-
     def key_expr(self) -> str:
-        """The incident key of a past event ``e`` as SQL text (see :meth:`_key_sql`)."""
-        return self._key_sql()
-
-    def _key_sql(self) -> str:
-        """The incident key of a past event (text), as :meth:`IncidentRule.key_of` makes it."""
-        keys = () if self.incident_rule is None else self.incident_rule.keys
-        for c in keys:
-            if not c.replace("_", "").isalnum():
-                raise SimilarityRecallError(f"incident key {c!r} of {self.name!r} is not a plain identifier")
-        if not keys:
-            return f"e.{self.eid_attr}::text" if self.incident_rule is None else "''::text"
-        if len(keys) == 1:
-            return f'e."{keys[0]}"::text'
-        return "json_build_array(" + ", ".join(f'e."{c}"' for c in keys) + ")::text"
+        """The incident key of a past event ``e`` as SQL text, as
+        :meth:`IncidentRule.key_of` makes it."""
+        return _incident_key_sql(self.incident_rule, self.eid_attr, self.name)
 
     def _columns(self, stream: str) -> list[str]:
-        spec = getattr(self.store, "stream", None)
-        if spec is None:
-            raise SimilarityRecallError(f"Similarity Recall {self.name!r} needs a store that describes streams")
-        cols = [c for c in spec(stream).columns if c not in (self.eid_attr, self.ts_attr)]
-        for c in cols:
-            if not c.replace("_", "").isalnum():
-                raise SimilarityRecallError(f"context column {c!r} of {stream!r} is not a plain identifier")
-        return cols
+        """The context columns of ``stream`` (all but the event id and time)."""
+        return _plain_columns(self.store, stream, self.eid_attr, self.ts_attr)
 
     # -- statistics (M 3.5: incremental E and C_k) ----------------------------------------
 
@@ -192,15 +238,8 @@ class SimilarityRecall:
 
     def learn_contexts(self, events: pd.DataFrame, contexts: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
         """Learn materialized events with their context rows (one frame per context-query)."""
-        by_eid: dict[str, list[dict]] = {str(e): [] for e in events[self.eid_attr]} if len(events) else {}
-        for frame in contexts:
-            if frame is None or frame.empty:
-                continue
-            cols = [c for c in frame.columns if c not in (self.eid_attr, self.ts_attr)]
-            for eid, *vals in frame[[self.eid_attr, *cols]].itertuples(index=False):
-                by_eid.setdefault(str(eid), []).append({c: v for c, v in zip(cols, vals, strict=True)})
         refused = []
-        for eid, ctx in by_eid.items():
+        for eid, ctx in _contexts_by_eid(events, contexts, self.eid_attr, self.ts_attr).items():
             if not self.learn_event(eid, ctx):
                 refused.append(self.rejected[-1])
         return refused
@@ -214,11 +253,10 @@ class SimilarityRecall:
                     "novelty": self.novelty.snapshot()}
 
     def state_delta(self) -> tuple[dict[str, Any], list[str]]:
-        """What a periodic save writes (:func:`moirae.persist.save_similarity`): the
+        """What a periodic save writes (:func:`moirae.ingest.persist.save_similarity`): the
         state without the learned ids, and the ids learned since the last call, taken
-        together (the statistics count exactly the ids saved with them). The ids of a
-        million past events are about 24 MB of JSON: rewriting them all every
-        maintenance round had cost the driver about 1.5 s of every 10."""
+        together (the statistics count exactly the ids saved with them), so a save
+        never rewrites every learned id."""
         with self._lock:
             new, self._unsaved = self._unsaved, []
             return {"stats": self.stats.snapshot(), "novelty": self.novelty.snapshot()}, new
@@ -391,16 +429,60 @@ class SimilarityRecall:
         return self._status(state, status)
 
     def _archive_oldest(self) -> int | None:
-        chunks = getattr(self.store, "chunks", None)
-        if chunks is None:
-            return None
-        raw = [c.chunk_id for c in chunks() if c.rows and not c.stream.startswith(("ev_", "cx_"))]
+        raw = [c.chunk_id for c in self.store.chunks() if c.rows and not c.stream.startswith(("ev_", "cx_"))]
         return min(raw) if raw else None
 
     def _output(self, state: _State, kind: OutputKind, key: str, row: Mapping[str, Any]) -> Output:
         state.seq += 1
         return Output(self.name, state.spec.eid, state.spec.event_ts, kind, state.seq, str(key), dict(row),
                       state.covered)
+
+
+def _history_sql(op: SimilarityRecall) -> str:
+    """The operator's history-query: its events and their context and surrounding rows
+    in long form ``(eid, ts, attr, value, part)``, each event's incident key as ``value``."""
+    parts = [f"SELECT e.{op.eid_attr}::text AS eid, e.{op.ts_attr} AS ts, NULL::text AS attr, "
+             f"{op.key_expr()} AS value, 'event' AS part FROM {op.event_stream} e"]
+    for kind, streams in (("context", op.context_streams), ("surrounding", op.surrounding_streams)):
+        for stream in streams:
+            for col in op._columns(stream):
+                parts.append(f"SELECT c.{op.eid_attr}::text, c.{op.ts_attr}, '{col}', c.\"{col}\"::text, "
+                             f"'{kind}:{stream}' FROM {stream} c")
+    return " UNION ALL ".join(parts)
+
+
+def _incident_key_sql(rule: IncidentRule | None, eid_attr: str, name: str) -> str:
+    """The incident key of a past event ``e`` (text) in SQL; without a rule, its eid."""
+    keys = () if rule is None else rule.keys
+    for c in keys:
+        if not c.replace("_", "").isalnum():
+            raise SimilarityRecallError(f"incident key {c!r} of {name!r} is not a plain identifier")
+    if not keys:
+        return f"e.{eid_attr}::text" if rule is None else "''::text"
+    if len(keys) == 1:
+        return f'e."{keys[0]}"::text'
+    return "json_build_array(" + ", ".join(f'e."{c}"' for c in keys) + ")::text"
+
+
+def _plain_columns(store: ChunkStore, stream: str, eid_attr: str, ts_attr: str) -> list[str]:
+    cols = [c for c in store.stream(stream).columns if c not in (eid_attr, ts_attr)]
+    for c in cols:
+        if not c.replace("_", "").isalnum():
+            raise SimilarityRecallError(f"context column {c!r} of {stream!r} is not a plain identifier")
+    return cols
+
+
+def _contexts_by_eid(events: pd.DataFrame, contexts: Sequence[pd.DataFrame], eid_attr: str,
+                     ts_attr: str) -> dict[str, list[dict]]:
+    """Each event's context tuples (every event of ``events``, with none if it has none)."""
+    by_eid: dict[str, list[dict]] = {str(e): [] for e in events[eid_attr]} if len(events) else {}
+    for frame in contexts:
+        if frame is None or frame.empty:
+            continue
+        cols = [c for c in frame.columns if c not in (eid_attr, ts_attr)]
+        for eid, *vals in frame[[eid_attr, *cols]].itertuples(index=False):
+            by_eid.setdefault(str(eid), []).append({c: v for c, v in zip(cols, vals, strict=True)})
+    return by_eid
 
 
 def _surrounding_by_eid(frame: pd.DataFrame) -> dict[str, dict[str, list[dict]]]:

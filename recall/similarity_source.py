@@ -1,4 +1,4 @@
-"""Where a Similarity Recall task gets each chunk's matrix (issue 10 §1; M 3.5, 4.5.2).
+"""Where a Similarity Recall task gets each chunk's matrix (M 3.5, 4.5.2).
 
 :class:`ChunkSource` hands the operator a :class:`similarity.index.ChunkIndex` per chunk:
 
@@ -22,8 +22,7 @@
    row, and the sealed chunk's index replaces it once built. They are held within
    a quarter of the memory budget (the sealed ones within the rest). A build that an
    invalidation overtook (its read may predate the write) is used by its own task but
-   not kept. Before, every task read and built every present chunk again: the scenario's
-   46 alerts built 13 present chunks about 230 times (issue 11).
+   not kept.
 
 Term ids are those of the operator's vocabulary, persisted append-only next to the
 indexes; :meth:`ChunkSource.reconcile` checks the statistics' vocabulary against it
@@ -47,13 +46,12 @@ import numpy as np
 import pandas as pd
 
 from archive import simindex
-from archive.chunk_copy import TS_US, Read, codes, copy_reads, texts
+from archive.chunk_copy import TS_US, Read, codes, texts
 from similarity.index import ROW_COLUMNS, ChunkIndex, CodedColumn, build_coded
-from similarity.index_cache import IndexCache
+from similarity.index_cache import DEFAULT_CACHE_BYTES, IndexCache
 from similarity.index_codec import CorruptIndex, decode, encode
 
 log = logging.getLogger(__name__)
-DEFAULT_CACHE_BYTES = 256 * 2**20
 #: the share of the memory budget for present chunks' indexes (the rest is the sealed ones')
 PRESENT_SHARE = 4
 #: chunks whose build counts :attr:`ChunkSource.built_chunks` keeps (the latest first counted)
@@ -72,8 +70,7 @@ class ChunkSource:
         self.builds = self.loads = self.corrupt = self.prebuilt = 0
         self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0
-        can = persist and hasattr(op.store, "_conn")
-        self.persisted = simindex.IndexStore(op.store, op.name) if can else None
+        self.persisted = op.store.index_store(op.name) if persist else None
         self._reconciled = False
         # Both per-chunk maps hold a chunk only while a task works on it, so a year-long run
         # that reads every chunk once keeps none of them (before, one entry per chunk ever
@@ -112,8 +109,6 @@ class ChunkSource:
         operator's task grid (the coarsest interval of its streams) that they overlap:
         the ids this source's indexes are kept under."""
         store = self.op.store
-        if not hasattr(store, "grid_of"):
-            return set(chunk_ids)
         own, grid = store.grid_of(stream), store.grid_for(self.op.query.streams)
         if own.span == grid.span:
             return set(chunk_ids)
@@ -320,7 +315,7 @@ class ChunkSource:
                  *(Read(s, [("eid", eid), *((c, f'e."{c}"::text') for c in cols)], with_ts=False, coded=True)
                    for s, cols in ctx),
                  *(Read(s, [("eid", eid), *((c, f'e."{c}"::text') for c in cols)]) for s, cols in sur)]
-        tables = copy_reads(op.store, reads, chunk_id, grid, conn, timeout_ms)
+        tables = op.store.copy_reads(reads, chunk_id, grid, conn, timeout_ms)
         ev = tables[0]
         eids = texts(ev, "eid")
         ts_ns = ev.column(TS_US).to_numpy() * 1000

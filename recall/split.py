@@ -18,7 +18,7 @@ variance / stddev family       ``count(x)``, ``avg(x)``, ``var_pop(x) * count(x)
 ============================== =========================================================
 
 Event attributes are bound parameters, ``:name`` in the template, never formatted into
-SQL text (DESIGN.md §6). The paper's style ``HAVING h.sid = e.sid`` (M 3.2) is accepted:
+SQL text (docs/ARCHITECTURE.md, invariants). The paper's style ``HAVING h.sid = e.sid`` (M 3.2) is accepted:
 ``e.<attr>`` becomes the placeholder ``:attr``, and HAVING conjuncts without aggregates
 are pushed into the chunk query's WHERE, where indexes can serve them.
 
@@ -38,28 +38,14 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from moirae.base.errors import MoiraeError
+from recall.errors import (  # noqa: F401  (RecallError re-exported)
+    BadTemplate,
+    RecallError,
+    UnknownEventAttribute,
+    UnsupportedAggregate,
+)
 
 DIALECT = "postgres"
-
-
-class RecallError(MoiraeError):
-    """Root of the recall operators' errors."""
-
-
-class BadTemplate(RecallError, ValueError):
-    """A history-query template that cannot be split (not one SELECT, unparseable...)."""
-
-
-class UnsupportedAggregate(BadTemplate):
-    """An aggregate function whose partial states cannot be merged across chunks."""
-
-
-class UnknownEventAttribute(RecallError, KeyError):
-    """A template parameter that the event does not carry."""
-
-    def __str__(self) -> str:  # KeyError would repr() the message
-        return str(self.args[0]) if self.args else ""
 
 
 # function name as written -> canonical kind
@@ -292,11 +278,45 @@ def _resolve_ref(node: exp.Expression, items: list[exp.Expression], names: tuple
     return node
 
 
+@dataclass
+class _Parts:
+    """A parsed template taken apart: what both kinds of split need."""
+
+    tree: exp.Select
+    items: list[exp.Expression]
+    names: tuple[str, ...]
+    group_exprs: list[exp.Expression]
+    post_having: list[exp.Expression]
+    order: exp.Order | None
+    order_keys: tuple[OrderKey, ...]
+    limit: int | None
+    offset: int
+    aggregated: bool
+    base: exp.Select  # the chunk query's skeleton: FROM and the pushed-down WHERE
+
+
 def split_template(sql: str, event_alias: str = "e", event_attrs: tuple[str, ...] | None = None,
                    extra_where: exp.Expression | None = None) -> SplitQuery:
     """Split ``sql`` (see the module docstring). ``event_attrs``, when given, are the
     attributes events carry: a placeholder naming anything else raises
     :class:`UnknownEventAttribute`. ``extra_where`` is AND-ed into the chunk query."""
+    parts = _take_apart(sql, event_alias, extra_where)
+    spec = _split_aggregated(sql, parts) if parts.aggregated else _split_rows(sql, parts)
+    final = parts.base
+    params = tuple(dict.fromkeys(p.name for p in final.find_all(exp.Placeholder)))
+    if event_attrs is not None:
+        missing = [p for p in params if p not in event_attrs and not p.startswith("moirae_")]
+        if missing:
+            raise UnknownEventAttribute(
+                f"template parameter(s) {', '.join(':' + m for m in missing)} name no event attribute "
+                f"(events carry {', '.join(sorted(event_attrs))})")
+    streams = tuple(dict.fromkeys(t.name for t in final.find_all(exp.Table)))
+    return replace(spec, params=params, streams=streams)
+
+
+def _take_apart(sql: str, event_alias: str, extra_where: exp.Expression | None) -> _Parts:
+    """Parse ``sql``, push the per-row conditions (WHERE, HAVING conjuncts without an
+    aggregate, ``extra_where``) down into the chunk query's skeleton."""
     tree = _bind_event_refs(parse_select(sql), event_alias)
     items = list(tree.expressions)
     if not items:
@@ -307,7 +327,6 @@ def split_template(sql: str, event_alias: str = "e", event_attrs: tuple[str, ...
     having = tree.args.get("having")
     having_expr = having.this if having else None
     order = tree.args.get("order")
-    ordered = list(order.expressions) if order else []
     aggregated = bool(group_exprs) or any(_contains_aggregate(it) for it in items) or (
         having_expr is not None and _contains_aggregate(having_expr))
     if any(isinstance(it, exp.Star) for it in items) and aggregated:
@@ -328,71 +347,71 @@ def split_template(sql: str, event_alias: str = "e", event_attrs: tuple[str, ...
 
     limit, offset = _limit_offset(tree)
     order_keys = tuple(OrderKey(expr=_resolve_ref(o.this, items, names), desc=bool(o.args.get("desc")),
-                                nulls_first=_nulls_first(o)) for o in ordered)
-    if aggregated:
-        group_sql = tuple(render(g) for g in group_exprs)
-        aggs: dict[str, tuple[Aggregate, list[exp.Expression]]] = {}
-        for scope in [*items, *post_having, *(k.expr for k in order_keys)]:
-            for node in scope.find_all(exp.AggFunc):
-                if isinstance(node.parent, exp.Filter):
-                    node = node.parent
-                if any(_is_aggregate(n) for n in node.walk() if n is not node and not
-                       (isinstance(node, exp.Filter) and n is node.this)):
-                    raise UnsupportedAggregate(f"nested aggregate in {render(node)}")
-                key = render(node)
-                if key not in aggs:
-                    aggs[key] = _partials(node, len(aggs))
-        select = [exp.alias_(g.copy(), f"g{i}") for i, g in enumerate(group_exprs)]
-        for _, exprs in aggs.values():
-            select.extend(exprs)
-        base.set("expressions", select)
-        if group_exprs:
-            base.set("group", exp.Group(expressions=[g.copy() for g in group_exprs]))
-        outputs = tuple(it.unalias() for it in items)
-        known = set(group_sql) | set(aggs)
-        for scope in [*outputs, *post_having]:
-            _check_grouped(scope, known, sql)
-        for k in order_keys:
-            _check_grouped(k.expr, known | set(names), sql)
-        spec = SplitQuery(
-            template=sql, chunk_sql=render(base), params=(), streams=(), aggregated=True,
-            group_sql=group_sql, aggregates=tuple(a for a, _ in aggs.values()), columns=names,
-            outputs=outputs, having=_and(post_having), order=order_keys, limit=limit, offset=offset,
-            distinct=bool(tree.args.get("distinct")))
-    else:
-        hidden: list[str] = []
-        select = list(items)
-        resolved = []
-        for k in order_keys:
-            text = render(k.expr)
-            if text in names or text in [render(i.unalias()) for i in items]:
-                resolved.append(k)
-                continue
-            alias = f"moirae_o{len(hidden)}"
-            hidden.append(alias)
-            select.append(exp.alias_(k.expr.copy(), alias))
-            resolved.append(OrderKey(expr=exp.column(alias), desc=k.desc, nulls_first=k.nulls_first))
-        base.set("expressions", select)
-        base.set("distinct", tree.args.get("distinct"))
-        if ordered and limit is not None:
-            # the global top-(offset+limit) lies within the union of each chunk's
-            base.set("order", order.copy())
-            base.set("limit", exp.Limit(expression=exp.Literal.number(limit + offset)))
-        spec = SplitQuery(
-            template=sql, chunk_sql=render(base), params=(), streams=(), aggregated=False,
-            group_sql=(), aggregates=(), columns=names, outputs=tuple(it.unalias() for it in items),
-            having=None, order=tuple(resolved), limit=limit, offset=offset,
-            distinct=bool(tree.args.get("distinct")), hidden=tuple(hidden))
-    final = base
-    params = tuple(dict.fromkeys(p.name for p in final.find_all(exp.Placeholder)))
-    if event_attrs is not None:
-        missing = [p for p in params if p not in event_attrs and not p.startswith("moirae_")]
-        if missing:
-            raise UnknownEventAttribute(
-                f"template parameter(s) {', '.join(':' + m for m in missing)} name no event attribute "
-                f"(events carry {', '.join(sorted(event_attrs))})")
-    streams = tuple(dict.fromkeys(t.name for t in final.find_all(exp.Table)))
-    return replace(spec, params=params, streams=streams)
+                                nulls_first=_nulls_first(o)) for o in (order.expressions if order else []))
+    return _Parts(tree, items, names, group_exprs, post_having, order, order_keys, limit, offset, aggregated, base)
+
+
+def _split_aggregated(sql: str, p: _Parts) -> SplitQuery:
+    """The chunk query computes each group's partial aggregates; merging, HAVING, ORDER
+    BY and LIMIT are applied to the merged partials."""
+    group_sql = tuple(render(g) for g in p.group_exprs)
+    aggs: dict[str, tuple[Aggregate, list[exp.Expression]]] = {}
+    for scope in [*p.items, *p.post_having, *(k.expr for k in p.order_keys)]:
+        for node in scope.find_all(exp.AggFunc):
+            if isinstance(node.parent, exp.Filter):
+                node = node.parent
+            if any(_is_aggregate(n) for n in node.walk() if n is not node and not
+                   (isinstance(node, exp.Filter) and n is node.this)):
+                raise UnsupportedAggregate(f"nested aggregate in {render(node)}")
+            key = render(node)
+            if key not in aggs:
+                aggs[key] = _partials(node, len(aggs))
+    select = [exp.alias_(g.copy(), f"g{i}") for i, g in enumerate(p.group_exprs)]
+    for _, exprs in aggs.values():
+        select.extend(exprs)
+    p.base.set("expressions", select)
+    if p.group_exprs:
+        p.base.set("group", exp.Group(expressions=[g.copy() for g in p.group_exprs]))
+    outputs = tuple(it.unalias() for it in p.items)
+    known = set(group_sql) | set(aggs)
+    for scope in [*outputs, *p.post_having]:
+        _check_grouped(scope, known, sql)
+    for k in p.order_keys:
+        _check_grouped(k.expr, known | set(p.names), sql)
+    return SplitQuery(
+        template=sql, chunk_sql=render(p.base), params=(), streams=(), aggregated=True,
+        group_sql=group_sql, aggregates=tuple(a for a, _ in aggs.values()), columns=p.names,
+        outputs=outputs, having=_and(p.post_having), order=p.order_keys, limit=p.limit, offset=p.offset,
+        distinct=bool(p.tree.args.get("distinct")))
+
+
+def _split_rows(sql: str, p: _Parts) -> SplitQuery:
+    """The chunk query returns the rows themselves (ORDER BY keys that are not output
+    columns ride along as hidden ones); with ORDER BY and LIMIT each chunk returns only
+    its own top ``offset + limit``."""
+    hidden: list[str] = []
+    select = list(p.items)
+    resolved = []
+    for k in p.order_keys:
+        text = render(k.expr)
+        if text in p.names or text in [render(i.unalias()) for i in p.items]:
+            resolved.append(k)
+            continue
+        alias = f"moirae_o{len(hidden)}"
+        hidden.append(alias)
+        select.append(exp.alias_(k.expr.copy(), alias))
+        resolved.append(OrderKey(expr=exp.column(alias), desc=k.desc, nulls_first=k.nulls_first))
+    p.base.set("expressions", select)
+    p.base.set("distinct", p.tree.args.get("distinct"))
+    if p.order_keys and p.limit is not None:
+        # the global top-(offset+limit) lies within the union of each chunk's
+        p.base.set("order", p.order.copy())
+        p.base.set("limit", exp.Limit(expression=exp.Literal.number(p.limit + p.offset)))
+    return SplitQuery(
+        template=sql, chunk_sql=render(p.base), params=(), streams=(), aggregated=False,
+        group_sql=(), aggregates=(), columns=p.names, outputs=tuple(it.unalias() for it in p.items),
+        having=None, order=tuple(resolved), limit=p.limit, offset=p.offset,
+        distinct=bool(p.tree.args.get("distinct")), hidden=tuple(hidden))
 
 
 def _limit_offset(tree: exp.Select) -> tuple[int | None, int]:

@@ -37,7 +37,8 @@ from enum import StrEnum
 from typing import Any
 
 from archive.abc import ChunkGrid, DescendingIds, HistoryQuery
-from recall.api import EndReason, Interval, RecallOperator, TaskSpec
+from recall.abc import RecallOperator
+from recall.api import EndReason, Interval, TaskSpec
 
 
 class TaskStatus(StrEnum):

@@ -1,6 +1,11 @@
-"""Stride scheduling of recall tasks (M 4.4): the pure algorithm, stdlib only.
+"""Scheduling of recall tasks (M 4.4): pure policies, stdlib only.
 
-The Recall Manager uses :class:`StrideScheduler`::
+The extension point is :class:`SchedulingPolicy` (:mod:`scheduler.abc`); the Recall
+Manager drives any implementation. :class:`StrideScheduler` is the paper's policy,
+:class:`FifoScheduler` the arrival-order baseline. Ticket counts from any caller are
+checked by :func:`check_tickets`. Errors derive from :class:`SchedulerError`.
+
+Usage::
 
     s = StrideScheduler(SchedulerConfig(...), clock=clock, listener=log)
     tid = s.submit(eid, tickets=100, priority=Priority.QUERY, bounded=False,
@@ -10,6 +15,7 @@ The Recall Manager uses :class:`StrideScheduler`::
     s.cancel(eid); s.accelerate(eid, 50); s.feedback(eid); s.tick()
 """
 
+from scheduler.abc import SchedulingPolicy
 from scheduler.clock import Clock, ManualClock, MonotonicClock
 from scheduler.config import SchedulerConfig
 from scheduler.errors import (
@@ -37,13 +43,17 @@ from scheduler.events import (
     event_dict,
 )
 from scheduler.fairness import absolute_error, relative_error, stride_pair_bound
+from scheduler.fifo import FifoScheduler
 from scheduler.model import Priority, TaskInfo, TaskState
 from scheduler.scheduler import StrideScheduler
 from scheduler.stride import StrideQueue
+from scheduler.tickets import MAX_TICKETS, check_tickets, parse_tickets
 
 __all__ = [
+    "MAX_TICKETS",
     "Clock",
     "DuplicateTask",
+    "FifoScheduler",
     "InvalidSchedulerConfig",
     "InvalidTaskSpec",
     "InvalidTickets",
@@ -56,6 +66,7 @@ __all__ = [
     "SchedulerConfig",
     "SchedulerError",
     "SchedulerEvent",
+    "SchedulingPolicy",
     "StrideQueue",
     "StrideScheduler",
     "TaskCancelled",
@@ -71,7 +82,9 @@ __all__ = [
     "UnknownEvent",
     "UnknownTask",
     "absolute_error",
+    "check_tickets",
     "event_dict",
+    "parse_tickets",
     "relative_error",
     "stride_pair_bound",
 ]

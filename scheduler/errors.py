@@ -1,5 +1,9 @@
 """The scheduler's errors. Its root, :class:`SchedulerError`, derives from the project's
-root :class:`moirae.base.errors.MoiraeError`, and each also inherits the matching built-in.
+root :class:`moirae.base.errors.MoiraeError`, and each also inherits the matching built-in,
+so a caller may catch either:
+
+>>> issubclass(InvalidTickets, ValueError), issubclass(InvalidTickets, MoiraeError)
+(True, True)
 """
 
 from __future__ import annotations

@@ -51,12 +51,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from math import floor
 
+from scheduler.abc import SchedulingPolicy
 from scheduler.clock import Clock, MonotonicClock
 from scheduler.config import SchedulerConfig
 from scheduler.errors import (
     DuplicateTask,
     InvalidTaskSpec,
-    InvalidTickets,
     TaskNotRunning,
     UnknownEvent,
     UnknownTask,
@@ -75,6 +75,7 @@ from scheduler.events import (
 )
 from scheduler.model import Priority, TaskInfo, TaskState
 from scheduler.stride import StrideQueue
+from scheduler.tickets import check_tickets
 
 Listener = Callable[[SchedulerEvent], None]
 
@@ -96,7 +97,7 @@ class _Task:
     deduct_carry: Fraction = Fraction(0)
 
 
-class StrideScheduler:
+class StrideScheduler(SchedulingPolicy):
     """Stride scheduling of recall tasks with priorities, deduction, steering and
     feedback deadlines (M 4.4). See the module docstring for the contract."""
 
@@ -147,10 +148,7 @@ class StrideScheduler:
         """
         cfg = self.config
         n = cfg.default_tickets if tickets is None else tickets
-        if isinstance(n, bool) or not isinstance(n, int) or n < cfg.min_tickets:
-            raise InvalidTickets(
-                f"event {eid!r}: tickets must be an integer >= min_tickets={cfg.min_tickets}, got {n!r}"
-            )
+        check_tickets(n, subject=f"event {eid!r}", minimum=cfg.min_tickets, minimum_name="min_tickets")
         period = None if bounded else (feedback_period if feedback_period is not None else cfg.feedback_period)
         if period is not None and (isinstance(period, bool) or not isinstance(period, int) or period < 1):
             raise InvalidTaskSpec(f"event {eid!r}: feedback_period must be an integer >= 1, got {period!r}")
@@ -271,8 +269,7 @@ class StrideScheduler:
     def accelerate(self, eid: str, tickets: int) -> tuple[TicketsChanged, ...]:
         """Add ``tickets`` to every task of ``eid`` (rescaling their pass as Waldspurger's
         ``modify``). Counts as feedback: suspended tasks resume. Returns the changes."""
-        if isinstance(tickets, bool) or not isinstance(tickets, int) or tickets < 1:
-            raise InvalidTickets(f"accelerate {eid!r}: tickets must be a positive integer, got {tickets!r}")
+        check_tickets(tickets, subject=f"accelerate {eid!r}")
         tasks = self._event_tasks(eid)
         now = self.clock.now()
         changes = []

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from scheduler.errors import InvalidTickets, UnknownTask
+from scheduler.tickets import check_tickets
 
 
 @dataclass(slots=True)
@@ -126,7 +127,7 @@ class StrideQueue:
         clamped into ``[L, m]`` (see the module docstring)."""
         if cid in self._clients:
             raise InvalidTickets(f"StrideQueue: client {cid!r} already present")
-        _check_tickets(cid, tickets)
+        check_tickets(tickets, subject=f"task {cid!r}")
         stride = Fraction(self.stride1, tickets)
         c = _Client(tickets=tickets, stride=stride, pass_=Fraction(0), remain=stride, seq=seq, active=False)
         self._clients[cid] = c
@@ -175,7 +176,7 @@ class StrideQueue:
 
     def modify(self, cid: str, tickets: int) -> None:
         """Change the client's tickets, rescaling its remain by ``new_stride / old_stride``."""
-        _check_tickets(cid, tickets)
+        check_tickets(tickets, subject=f"task {cid!r}")
         c = self._get(cid)
         if tickets == c.tickets:
             return
@@ -289,8 +290,3 @@ class StrideQueue:
                     prev = c.pass_ - c.stride
                     self._prev.append((-float(prev), -prev, c.pversion, cid))
             heapq.heapify(self._prev)
-
-
-def _check_tickets(cid: str, tickets: object) -> None:
-    if isinstance(tickets, bool) or not isinstance(tickets, int) or tickets < 1:
-        raise InvalidTickets(f"task {cid!r}: tickets must be a positive integer, got {tickets!r}")

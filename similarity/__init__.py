@@ -7,8 +7,8 @@
 - :class:`QueryScorer`: a new context scored against chunks, vectorised;
 - :class:`TopK`: the best k across chunks, with inserted / displaced reports;
 - :func:`search` / :func:`brute_force`: one-call versions;
-- :class:`IncidentRule`, :func:`group`, :class:`IncidentTracker`, :class:`BackwardIncidents`:
-  consecutive detections of one key as one incident.
+- :class:`IncidentRule`, :func:`group`, :class:`IncidentTracker`, :class:`LiveIncidents`,
+  :class:`BackwardIncidents`: consecutive detections of one key as one incident.
 
 How a Similarity Recall operator uses it (one ``ContextStatistics`` per event type;
 per new event one ``QueryScorer`` and one ``TopK``; chunks newest first):
@@ -34,6 +34,7 @@ per new event one ``QueryScorer`` and one ``TopK``; chunks newest first):
 from similarity.chunk import ContextChunk, NumericEntries
 from similarity.config import NumericSpec, SimilarityConfig
 from similarity.errors import (
+    CorruptIndex,
     InvalidSimilarityConfig,
     NonNumericValue,
     NotLearned,
@@ -41,7 +42,16 @@ from similarity.errors import (
     SnapshotError,
 )
 from similarity.idf import IdfTable, cosine
-from similarity.incidents import Assignment, BackwardIncidents, IncidentRule, IncidentTracker, group
+from similarity.incidents import (
+    CLOSE_AFTER_STEPS,
+    Assignment,
+    BackwardIncidents,
+    IncidentRule,
+    IncidentTracker,
+    LiveAssignment,
+    LiveIncidents,
+    group,
+)
 from similarity.scorer import ChunkScores, QueryScorer, SearchStatus
 from similarity.search import SearchResult, brute_force, search
 from similarity.stats import SNAPSHOT_VERSION, ContextStatistics
@@ -50,19 +60,22 @@ from similarity.topk import Neighbour, TopK, top_k
 from similarity.vocabulary import Vocabulary
 
 __all__ = [
+    "CLOSE_AFTER_STEPS",
+    "SNAPSHOT_VERSION",
     "Assignment",
     "BackwardIncidents",
-    "IncidentRule",
-    "IncidentTracker",
-    "group",
-    "SNAPSHOT_VERSION",
     "ChunkScores",
     "Context",
     "ContextBag",
     "ContextChunk",
     "ContextStatistics",
+    "CorruptIndex",
     "IdfTable",
+    "IncidentRule",
+    "IncidentTracker",
     "InvalidSimilarityConfig",
+    "LiveAssignment",
+    "LiveIncidents",
     "Neighbour",
     "NonNumericValue",
     "NotLearned",
@@ -79,6 +92,7 @@ __all__ = [
     "bag_of",
     "brute_force",
     "cosine",
+    "group",
     "search",
     "term",
     "top_k",

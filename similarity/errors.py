@@ -38,3 +38,7 @@ class SnapshotError(SimilarityError, ValueError):
 
 class InvalidSimilarityConfig(SimilarityError, ValueError):
     """A similarity setting out of range; the message names the key and value."""
+
+
+class CorruptIndex(SimilarityError):
+    """Bytes that are not a valid chunk index (truncated, altered, other version)."""

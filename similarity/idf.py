@@ -3,7 +3,7 @@
 An :class:`IdfTable` is a frozen view of one event type's statistics at one moment: the
 IDF of every vocabulary term and one :class:`~similarity.synopsis.NumericTable` per
 numeric attribute. A recall task scores every chunk of history with the *same* table,
-which is what makes the chunked top-k equal the brute-force top-k (DESIGN.md §6).
+which is what makes the chunked top-k equal the brute-force top-k (docs/ARCHITECTURE.md).
 
 Weights (M 3.5)::
 

@@ -19,7 +19,9 @@ meets past detections newest chunk first.
 Three ways to apply it, all pure:
 
 - :func:`group`: a whole set of detections at once (vectorised);
-- :class:`IncidentTracker`: live detections in time order, one at a time;
+- :class:`IncidentTracker`: live detections in time order, one at a time, and
+  :class:`LiveIncidents`, one tracker per event type with bounded memory (the one live
+  tracker the incident store and the terminal board share);
 - :class:`BackwardIncidents`: history met newest first, batch by batch, as a recall
   task reads chunks; merging across batches renames incidents, and says so.
 
@@ -37,7 +39,7 @@ Three ways to apply it, all pure:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -187,6 +189,96 @@ class IncidentTracker:
     def open_incident(self, key: str) -> str | None:
         cur = self._open.get(key)
         return None if cur is None else cur.incident
+
+
+CLOSE_AFTER_STEPS = 2
+"""A key's incident leaves the live tracker this many steps after its last detection."""
+
+
+@dataclass(frozen=True)
+class LiveAssignment:
+    """Where a live detection of one event type went: its incident key, its incident,
+    whether it opened it, the incident's detection count so far, and why the detection
+    has no key of its own (None when it has one; it is then keyed by its eid)."""
+
+    key: str
+    incident: str
+    opened: bool
+    count: int
+    unkeyed: str | None = None
+
+
+class LiveIncidents:
+    """Live assignment of the detections of every event type: one
+    :class:`IncidentTracker` per type, made on the type's first detection with the rule
+    ``rule_of(event, attrs)`` gives (``reopen(event, tracker)`` may then restore the
+    incidents it held before a restart). A detection without the rule's key attributes
+    is its own incident (keyed by its eid).
+
+    Memory is bounded by :meth:`close`: given the type's newest detection time, it
+    forgets the keys whose incident no coming detection can join, those whose last
+    detection is more than ``close_after_steps`` steps behind it. Detections arrive in
+    window-close order, so one more than a step behind the newest is not expected; the
+    second step is margin.
+
+    >>> live = LiveIncidents(lambda event, attrs: IncidentRule(("sid",), timedelta(minutes=5)))
+    >>> t0 = np.datetime64("2026-01-01T00:05", "ns")
+    >>> live.assign("overload", "x", {"sid": "a"}, t0).incident
+    'x'
+    >>> live.assign("overload", "y", {"sid": "a"}, t0 + np.timedelta64(5, "m")).incident
+    'x'
+    >>> live.assign("overload", "z", {}, t0).unkeyed is not None
+    True
+    """
+
+    def __init__(self, rule_of: Callable[[str, Mapping[str, Any]], IncidentRule], *,
+                 reopen: Callable[[str, IncidentTracker], None] | None = None,
+                 close_after_steps: int = CLOSE_AFTER_STEPS) -> None:
+        self.rule_of = rule_of
+        self.reopen = reopen
+        self.close_after_steps = close_after_steps
+        self._trackers: dict[str, IncidentTracker] = {}
+
+    def tracker(self, event: str, attrs: Mapping[str, Any]) -> IncidentTracker:
+        """The event type's tracker, made (and reopened) on first use."""
+        tr = self._trackers.get(event)
+        if tr is None:
+            tr = self._trackers[event] = IncidentTracker(self.rule_of(event, attrs))
+            if self.reopen is not None:
+                self.reopen(event, tr)
+        return tr
+
+    def assign(self, event: str, eid: str, attrs: Mapping[str, Any], ts: Any) -> LiveAssignment:
+        """Assign one detection (in time order per key) to its incident."""
+        tr = self.tracker(event, attrs)
+        unkeyed = None
+        try:
+            key = tr.rule.key_of(attrs)
+        except InvalidSimilarityConfig as exc:
+            key, unkeyed = str(eid), str(exc)
+        a = tr.assign(str(eid), key, ts)
+        return LiveAssignment(key, a.incident, a.opened, a.count, unkeyed)
+
+    def horizon(self, rule: IncidentRule) -> timedelta:
+        """How far behind the newest detection an incident can still be joined."""
+        return self.close_after_steps * rule.step
+
+    def close(self, event: str, newest: Any) -> list[str]:
+        """Forget the event type's incidents that no detection after ``newest`` can
+        join; returns their ids."""
+        tr = self._trackers.get(event)
+        if tr is None:
+            return []
+        return tr.close_before(pd.Timestamp(newest) - (self.close_after_steps - 1) * tr.rule.step)
+
+    def forget(self, event: str) -> None:
+        """Drop the event type's tracker (its rule changed)."""
+        self._trackers.pop(event, None)
+
+    def open_count(self, event: str) -> int:
+        """How many keys the event type's tracker holds open."""
+        tr = self._trackers.get(event)
+        return 0 if tr is None else tr.open_count()
 
 
 @dataclass

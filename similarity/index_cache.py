@@ -1,4 +1,4 @@
-"""A bounded LRU cache of chunk indexes, by memory (issue 10: "a configurable budget").
+"""A bounded LRU cache of chunk indexes, by memory (a configurable budget).
 
 Entries are :class:`~similarity.index.ChunkIndex` (or anything with ``nbytes``) under a
 hashable key. After each :meth:`IndexCache.put` the bytes held are at most ``budget``:
@@ -32,6 +32,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
+
+DEFAULT_CACHE_BYTES = 256 * 2**20
+"""The default memory bound of a Similarity Recall's cached chunk indexes."""
 
 
 class IndexCache:

@@ -20,7 +20,7 @@ whole, unaltered encoding, so the caller can rebuild the chunk from the archive.
 >>> decode(b"garbage")
 Traceback (most recent call last):
 ...
-similarity.index_codec.CorruptIndex: not a chunk index (bad magic or truncated)
+similarity.errors.CorruptIndex: not a chunk index (bad magic or truncated)
 """
 
 from __future__ import annotations
@@ -35,17 +35,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from similarity.chunk import ContextChunk, NumericEntries
-from similarity.errors import SimilarityError
+from similarity.errors import CorruptIndex, SimilarityError
 from similarity.index import ROW_COLUMNS, ChunkIndex
 
 MAGIC = b"MSIX"
 VERSION = 2
 _HEAD = struct.Struct("<4sBI")
 _LEN = struct.Struct("<I")
-
-
-class CorruptIndex(SimilarityError):
-    """Bytes that are not a valid chunk index (truncated, altered, other version)."""
 
 
 def encode(ix: ChunkIndex) -> bytes:

@@ -3,18 +3,17 @@ bytes each.
 
 Statistics are "computed incrementally" (M 3.5), each event once: an event seen again
 (replayed after a restart, or re-materialized over the archive) must not be counted
-twice, so the operator remembers every event it learned, for as long as it runs. As
-Python strings in a set that was about 70 bytes an event: 70 MB at a million past
-events, 2 GB after a year of one event a second, on the driver.
+twice, so the operator remembers every event it learned, for as long as it runs, in
+memory that must stay small on the driver (a set of strings costs several times more).
 
 Here an id is kept as its 64-bit XXH3 hash: a sorted numpy array, plus a small set of
 the latest hashes merged into it every :data:`MERGE_AT` additions (one ``searchsorted``
-and one ``insert``, a copy of the array: about 0.1 s at 30 million ids). Membership is
+and one ``insert``, a copy of the array). Membership is
 then approximate in one direction only: an event whose hash equals that of an earlier,
 different event would be taken as learned and not counted. For ``n`` learned events and
 ``m`` new ones the chance of any such miss is about ``n * m / 2**64``: 5e-5 after a year
 of one event a second, and its cost one event fewer in the IDF statistics. The exact ids
-are still saved, in ``moirae_similarity_learned`` (:mod:`moirae.persist`).
+are still saved, in ``moirae_similarity_learned`` (:mod:`moirae.ingest.persist`).
 
 >>> ids = LearnedIds(["e1", "e2"])
 >>> ids.add("e3"), ids.add("e2"), "e1" in ids, "e4" in ids, len(ids)

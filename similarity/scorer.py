@@ -162,9 +162,8 @@ def _column_dot(chunk: ContextChunk, cols: np.ndarray, a: np.ndarray) -> np.ndar
     loop) and summed by one ``np.bincount``, which adds each row's terms in column
     order, exactly as a CSC mat-vec would (and as the loop of one ``np.add.at`` per
     query term did, to the last bit). One call a chunk, not one a term, matters in the
-    engine's driver: ``ufunc.at`` gives up the GIL on every call, and with Spark's
-    threads contending each call took about 0.3 ms of wall time to get it back
-    (cProfile of the scenario's full engine, 2026-11-27), for a chunk of three events."""
+    engine's driver: ``ufunc.at`` gives up the GIL on every call, and Spark's threads
+    contend for it."""
     m = chunk.tf
     lo = m.indptr[cols]
     lens = m.indptr[cols + 1] - lo

@@ -47,7 +47,8 @@ def _status(scorer: QueryScorer, past_events: int) -> SearchStatus:
 
 def brute_force(table: IdfTable, context: Context | ContextBag, chunks: Sequence[ContextChunk], k: int) -> SearchResult:
     """All history in one matrix, scored in one shot, fully sorted: the reference for
-    DESIGN.md §6 ("after all chunks, the top-k equals the brute-force top-k")."""
+    the invariant "after all chunks, the top-k equals the brute-force top-k"
+    (docs/ARCHITECTURE.md)."""
     scorer = QueryScorer(table, context)
     whole = ContextChunk.concat(chunks)
     status = _status(scorer, whole.n)

@@ -1,4 +1,4 @@
-"""Similarity Recall results at incident level (issue 10 §2-4): a past incident of many
+"""Similarity Recall results at incident level: a past incident of many
 windows is one result, its resolution is found from any window, the live incident is
 never a result, explanations split the cosine exactly, novelty is reported.
 
@@ -34,6 +34,12 @@ class _Columns:
 
     def prepare(self, sql):
         return sql
+
+    def index_store(self, operator):
+        return None  # nothing persisted (archive.abc.ChunkStore.index_store)
+
+    def chunks(self, stream=None, tier=None):
+        return []  # no archived chunk: the search covers the whole archive
 
     def stream(self, name):
         return SimpleNamespace(columns=["eid", "ts", "user", "proc"] if name.startswith("cx") else

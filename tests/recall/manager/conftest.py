@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from recall_mgr_helpers import make_archive
+
+from tests.recall.manager.recall_mgr_helpers import make_archive
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive import Archiver, ArchiveSettings, Database, StreamSpec
-from archive.chunk_copy import TS_US, Read, codes, copy_reads
+from archive.chunk_copy import TS_US, Read, codes
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 SPAN = timedelta(hours=1)
@@ -33,7 +33,7 @@ def test_a_chunk_reads_back_exactly(pg_dsn, rows):
                               for i, (us, u, v) in enumerate(rows)])
         arch.append("cx", 1, frame, bulk=True)
         (chunk,) = arch.chunk_ids(["cx"])
-        plain, coded = copy_reads(arch, [Read("cx", [("eid", "e.eid::text"), ("u", "e.u::text"), ("v", "e.v::text")]),
+        plain, coded = arch.copy_reads([Read("cx", [("eid", "e.eid::text"), ("u", "e.u::text"), ("v", "e.v::text")]),
                                          Read("cx", [("eid", "e.eid::text"), ("v", "e.v::text")], with_ts=False,
                                               coded=True)], chunk, ["cx"])
         got = sorted(zip(plain.column(TS_US).to_pylist(), plain.column("eid").to_pylist(),
@@ -64,7 +64,7 @@ def test_times_are_exact_under_any_datestyle(pg):
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute(f"SET DateStyle = '{style}'")
-            (t,) = copy_reads(arch, [Read("cx", [("eid", "e.eid::text")])], chunk, ["cx"], conn)
+            (t,) = arch.copy_reads([Read("cx", [("eid", "e.eid::text")])], chunk, ["cx"], conn)
             conn.close()
             assert sorted(t.column(TS_US).to_pylist()) == want, style
     finally:

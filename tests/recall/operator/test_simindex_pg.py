@@ -1,4 +1,4 @@
-"""The persisted per-chunk similarity index (issue 10 §1) against the reference path:
+"""The persisted per-chunk similarity index against the reference path:
 the operator's per-row loop and ``ContextChunk.from_contexts`` over each chunk's rows.
 
 Real PostgreSQL (both servers): the archive holds an event stream and a context stream
@@ -172,7 +172,7 @@ def test_corrupt_or_missing_index_is_rebuilt_with_a_warning(pg, caplog):
     op = _op(arch, events)
     first = _indexed(op, arch, q)
     c1, c2 = _chunks(arch)[:2]
-    with arch._conn() as conn, conn.cursor() as cur:
+    with arch.catalog.transaction() as conn, conn.cursor() as cur:
         cur.execute("UPDATE moirae_simindex SET blob = substring(blob from 1 for 40) WHERE chunk_id = %s", (c1,))
         cur.execute("DELETE FROM moirae_simindex WHERE chunk_id = %s", (c2,))
     op2 = _op(arch, events)
@@ -188,9 +188,9 @@ def test_retention_and_rematerialization_invalidate_exactly_their_chunks(pg):
     op = _op(arch, events)
     _indexed(op, arch, q)
     ids = _chunks(arch)
-    store = simindex.IndexStore(arch, "sim")
+    store = arch.index_store("sim")
     assert store.chunk_ids() == sorted(ids)
-    simindex.invalidate(arch, "cx_x_c", [ids[1]])              # e.g. retention pruned it
+    simindex.invalidate(arch.db, "cx_x_c", [ids[1]])              # e.g. retention pruned it
     assert store.chunk_ids() == sorted(set(ids) - {ids[1]})
     assert ids[1] not in op.source.cache.keys() and ids[0] in op.source.cache.keys()
     late = pd.DataFrame([{"ts": T0 + timedelta(minutes=1), "eid": "e0", "user": "zed", "proc": "x", "load": None}])

@@ -1,5 +1,5 @@
 """Similarity indexes are built when chunks are sealed, not when an event first asks
-(issue 10 §1; recall/similarity_prebuild.py).
+(recall/similarity_prebuild.py).
 
 Real PostgreSQL (both servers): live appends fill present chunks of an event stream and
 a context stream; demotion seals some of them; the background builder persists their
@@ -75,7 +75,7 @@ def test_sealed_chunks_are_indexed_in_the_background_and_the_first_task_builds_n
     try:
         chunks = sorted(arch.chunk_ids(["ev_x", "cx_x_c"]))
         assert len(chunks) == 4 and {c.tier.value for c in arch.chunks()} == {"present"}
-        store = simindex.IndexStore(arch, "sim")
+        store = arch.index_store("sim")
         assert store.chunk_ids() == []
         arch.demote(T0 + timedelta(hours=3))                 # seals the three oldest chunks of both streams
         assert builder.drain(timeout=60)
@@ -107,7 +107,7 @@ def test_a_chunk_sealed_in_one_stream_only_waits_for_the_other(pg):
         assert builder.built == 0 and builder.skipped == 1 and op.source.builds == 0
         arch.demote(T0 + timedelta(hours=1), ["cx_x_c"])
         assert builder.drain(timeout=60)
-        assert simindex.IndexStore(arch, "sim").chunk_ids() == [oldest] and op.source.builds == 1
+        assert arch.index_store("sim").chunk_ids() == [oldest] and op.source.builds == 1
     finally:
         builder.close()
         arch.close()
@@ -133,9 +133,9 @@ def test_a_failing_build_is_logged_and_the_builder_goes_on_and_stops(pg, caplog)
         assert builder.failed == 1 and builder.built == 1 and "disk on fire" in builder.last_error
         assert any("background build failed" in r.getMessage() for r in caplog.records)
         failed = calls[0]                                    # the newest sealed chunk went first
-        assert failed == max(simindex.IndexStore(arch, "sim").chunk_ids()) + 1
+        assert failed == max(arch.index_store("sim").chunk_ids()) + 1
         op.fetch_chunk(None, failed)                         # built on first use instead
-        assert failed in simindex.IndexStore(arch, "sim").chunk_ids()
+        assert failed in arch.index_store("sim").chunk_ids()
     finally:
         builder.close()
     assert builder._thread is None
@@ -160,7 +160,7 @@ def test_a_build_racing_an_invalidation_is_not_kept(pg):
     op.source.build = late_row_meanwhile
     assert op.source.prebuild_one(oldest)
     op.source.build = real
-    assert simindex.IndexStore(arch, "sim").chunk_ids() == []   # the stale index is gone
+    assert arch.index_store("sim").chunk_ids() == []   # the stale index is gone
     ix = op.fetch_chunk(None, oldest)
     assert "user=zed" in {op.stats.vocabulary.term(c) for c in ix.chunk.tf_sq.indices}
     arch.close()
@@ -193,7 +193,7 @@ def test_a_present_chunk_is_built_once_until_its_rows_change(pg, ctx_interval):
         assert dict(op.source.built_chunks) == {c: 1 for c in chunks}
         assert _task(op, arch) == first                      # the next event's task: no build at all
         assert dict(op.source.built_chunks) == {c: 1 for c in chunks} and op.source.present_hits == 4
-        assert simindex.IndexStore(arch, "sim").chunk_ids() == []   # present: never persisted
+        assert arch.index_store("sim").chunk_ids() == []   # present: never persisted
 
         _late_context(arch, events, 2, "zed")                # a write into the newest chunk
         newest = chunks[-1]
@@ -221,7 +221,7 @@ def test_a_kept_present_index_is_served_without_a_catalog_read_and_gives_way_onc
         assert _task(op, arch) == first and lookups == [] and dict(op.source.built_chunks) == {c: 1 for c in chunks}
         for c in sealed:  # the background build persists them and serves them from then on
             assert op.source.prebuild_one(c)
-        assert sorted(simindex.IndexStore(arch, "sim").chunk_ids()) == sealed
+        assert sorted(arch.index_store("sim").chunk_ids()) == sealed
         hits = op.source.present_hits
         assert _task(op, arch) == first and lookups == []
         assert op.source.present_hits == hits + len(chunks) - len(sealed)  # the sealed ones from the cache

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_strategies import context, contexts
 
 from similarity import ContextStatistics, NumericSpec, SimilarityConfig, cosine
 from similarity.explain import explain
+from tests.similarity.sim_strategies import context, contexts
 
 
 @settings(max_examples=200, deadline=None)

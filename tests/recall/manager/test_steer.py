@@ -1,4 +1,4 @@
-"""Steering (M 4.4; DESIGN.md §4 flow 6): feedback deadlines by the injected clock,
+"""Steering (M 4.4): feedback deadlines by the injected clock,
 explicit feedback, accelerate, and the periodic jobs that drive deadlines and cleanup."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-from recall_mgr_helpers import Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
 from recall.manager import RecallManager
@@ -14,6 +13,7 @@ from recall.periodic import PeriodicJobs
 from recall.task import TaskStatus
 from scheduler.clock import ManualClock
 from scheduler.errors import UnknownEvent
+from tests.recall.manager.recall_mgr_helpers import Collector, Recorder, event, wait_until
 
 pytestmark = pytest.mark.postgres
 

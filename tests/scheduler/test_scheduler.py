@@ -7,7 +7,6 @@ import json
 from fractions import Fraction
 
 import pytest
-from stride_sim import run_sequential
 
 from scheduler import (
     DuplicateTask,
@@ -29,6 +28,7 @@ from scheduler import (
     UnknownTask,
     event_dict,
 )
+from tests.scheduler.stride_sim import run_sequential
 
 
 def make(**cfg) -> tuple[StrideScheduler, ManualClock, list]:

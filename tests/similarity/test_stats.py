@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_strategies import contexts
 
 from similarity import (
     ContextStatistics,
@@ -19,6 +18,7 @@ from similarity import (
     SnapshotError,
     bag_of,
 )
+from tests.similarity.sim_strategies import contexts
 
 NUM = SimilarityConfig(numeric={"load": NumericSpec(warmup=4)})
 

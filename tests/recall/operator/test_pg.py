@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from psycopg2.extras import execute_values
-from recall_op_helpers import bound_sql, close, run_pg
 
 from recall.aggregate import RowMerge, to_py
 from recall.api import EndReason, Interval
 from recall.operator import Recall
 from recall.revision_ops import ResultTable
+from tests.recall.operator.recall_op_helpers import bound_sql, close, run_pg
 
 pytestmark = pytest.mark.postgres
 

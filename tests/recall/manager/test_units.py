@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archive.abc import ChunkGrid
-from recall.manager_fifo import FifoScheduler
 from recall.outputs import Bus, jsonable
 from recall.task import plan_chunks
 from scheduler.clock import ManualClock
 from scheduler.errors import UnknownEvent
 from scheduler.events import TaskSuspended
+from scheduler.fifo import FifoScheduler
 
 GRID = ChunkGrid(timedelta(minutes=10))
 BASE = datetime(2026, 3, 1, tzinfo=UTC)

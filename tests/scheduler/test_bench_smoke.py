@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.proportional_share import run_lottery, run_textbook, workload
+from bench.scheduler.proportional_share import run_lottery, run_textbook, workload
 
 
 def test_benchmark_measures_stride_within_bound_and_lottery_worse():

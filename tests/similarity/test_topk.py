@@ -1,4 +1,4 @@
-"""Chunked scoring and top-k merging equal brute force (DESIGN.md §6, M 3.5, 4.5.2)."""
+"""Chunked scoring and top-k merging equal brute force (M 3.5, 4.5.2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_strategies import context, contexts
 
 from similarity import (
     ChunkScores,
@@ -21,6 +20,7 @@ from similarity import (
     search,
     top_k,
 )
+from tests.similarity.sim_strategies import context, contexts
 
 
 def _naive_top(scores: ChunkScores, k: int):

@@ -1,14 +1,14 @@
 """History-queries take event attributes as bound values only, and a failing one fails
-its own task, visibly, while the others go on (DESIGN.md §6)."""
+its own task, visibly, while the others go on (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
 import pytest
-from recall_mgr_helpers import Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
 from recall.manager import RecallManager
 from recall.task import TaskStatus
+from tests.recall.manager.recall_mgr_helpers import Collector, Recorder, event, wait_until
 
 pytestmark = pytest.mark.postgres
 

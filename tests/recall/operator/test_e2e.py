@@ -10,7 +10,9 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from recall_op_migration import (
+
+from recall.api import OutputKind
+from tests.recall.operator.recall_op_migration import (
     DAY,
     EXPECTED,
     PINGS_AFTER,
@@ -20,8 +22,6 @@ from recall_op_migration import (
     procs_history,
     recall_operator,
 )
-
-from recall.api import OutputKind
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 

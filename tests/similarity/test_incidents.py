@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from similarity.errors import InvalidSimilarityConfig
-from similarity.incidents import BackwardIncidents, IncidentRule, IncidentTracker, group
+from similarity.incidents import (
+    CLOSE_AFTER_STEPS,
+    BackwardIncidents,
+    IncidentRule,
+    IncidentTracker,
+    LiveIncidents,
+    group,
+)
 
 RULE = IncidentRule(keys=("sid",), window=timedelta(minutes=5))
 T0 = np.datetime64("2026-03-01T00:00", "ns")
@@ -129,3 +136,28 @@ def test_grouping_equals_a_plain_python_chaining_with_tied_times(dets):
     """Equal times included: the tie goes to the smaller eid, as text ('e10' < 'e9')."""
     keys, minutes, eids = [k for k, _, _ in dets], [m for _, m, _ in dets], [f"e{x}" for _, _, x in dets]
     assert list(group(keys, [at(m) for m in minutes], eids, RULE)) == _chained(keys, minutes, eids)
+
+
+def test_live_incidents_keep_one_tracker_per_event_type_and_close_old_keys():
+    reopened = []
+    live = LiveIncidents(lambda event, attrs: RULE, reopen=lambda event, tr: reopened.append(event))
+    a = live.assign("overload", "e1", {"sid": "s1"}, at(0))
+    b = live.assign("overload", "e2", {"sid": "s1"}, at(5))
+    c = live.assign("failure", "f1", {"sid": "s1"}, at(5))
+    assert (a.incident, a.opened, b.incident, b.opened, b.count) == ("e1", True, "e1", False, 2)
+    assert c.incident == "f1" and reopened == ["overload", "failure"]
+    live.assign("overload", "e3", {"sid": "s2"}, at(40))
+    # s1's last detection (5 min) is more than CLOSE_AFTER_STEPS steps behind 40 min: closed
+    assert live.close("overload", at(40)) == ["e1"]
+    assert live.open_count("overload") == 1 and live.open_count("failure") == 1
+    assert live.horizon(RULE) == CLOSE_AFTER_STEPS * RULE.step
+    live.forget("failure")
+    assert live.open_count("failure") == 0 and live.close("nothing", at(0)) == []
+
+
+def test_a_live_detection_without_its_key_is_its_own_incident():
+    live = LiveIncidents(lambda event, attrs: RULE)
+    a = live.assign("overload", "e1", {"host": "h"}, at(0))
+    assert (a.key, a.incident, a.opened) == ("e1", "e1", True)
+    assert "sid" in a.unkeyed
+    assert live.assign("overload", "e2", {"sid": "s1"}, at(0)).unkeyed is None

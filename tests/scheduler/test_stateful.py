@@ -8,7 +8,7 @@ and checks the bookkeeping after each step against a model of what must hold:
 - the snapshot agrees with the model's states; tickets never drop below the floor;
 - a suspended task is discarded, with its whole event, exactly when ``now >= deadline``;
 - once every event is cancelled and every quantum returned, nothing is left behind
-  (DESIGN.md §6: cancelled tasks leave no memory behind).
+  (cancelled tasks leave no memory behind).
 """
 
 from __future__ import annotations

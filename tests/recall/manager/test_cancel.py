@@ -1,4 +1,4 @@
-"""Cancelling an event frees all of its work at once (M 4.4; DESIGN.md §6: "cancelled
+"""Cancelling an event frees all of its work at once (M 4.4; docs/ARCHITECTURE.md: "cancelled
 tasks leave no thread, connection or memory behind")."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from recall_mgr_helpers import SPAN, Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
 from recall.manager import RecallManager
 from recall.task import RecallTask
 from scheduler.errors import UnknownEvent
 from scheduler.events import TaskCancelled
+from tests.recall.manager.recall_mgr_helpers import SPAN, Collector, Recorder, event, wait_until
 
 pytestmark = pytest.mark.postgres
 

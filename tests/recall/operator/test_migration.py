@@ -4,8 +4,10 @@ heavy is revised to light; the final candidates under event and present analysis
 from __future__ import annotations
 
 import pytest
-from recall_op_helpers import pandas_partials
-from recall_op_migration import (
+
+from recall.api import EndReason, Interval, Output, OutputKind
+from tests.recall.operator.recall_op_helpers import pandas_partials
+from tests.recall.operator.recall_op_migration import (
     DAY,
     EXPECTED,
     PINGS_AFTER,
@@ -16,8 +18,6 @@ from recall_op_migration import (
     procs_history,
     recall_operator,
 )
-
-from recall.api import EndReason, Interval, Output, OutputKind
 
 
 @pytest.mark.parametrize("analysis", ["event", "present"])

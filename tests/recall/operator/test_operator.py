@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recall_op_helpers import pandas_partials, rows_close, truth_agg
 
 from recall.api import EndReason, Interval, OutputKind
 from recall.operator import PERIOD_FROM, PERIOD_TO, Recall
 from recall.revision_ops import ResultTable
 from recall.split import BadTemplate, UnknownEventAttribute
+from tests.recall.operator.recall_op_helpers import pandas_partials, rows_close, truth_agg
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DAY = timedelta(days=1)

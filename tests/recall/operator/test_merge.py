@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from recall_op_helpers import close, pandas_partials, rows_close, truth_agg
 
 from recall.aggregate import GroupedMerge, Moments, RowMerge, group_key
 from recall.split import split_template
+from tests.recall.operator.recall_op_helpers import close, pandas_partials, rows_close, truth_agg
 
 ALL_AGGS = ("SELECT h.sid, count(*) AS n, count(h.x) AS nx, sum(h.k) AS sk, avg(h.x) AS ax, min(h.x) AS mn, "
             "max(h.k) AS mk, variance(h.x) AS v, var_pop(h.x) AS vp, stddev(h.x) AS sd, "

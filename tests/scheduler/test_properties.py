@@ -1,4 +1,4 @@
-"""Property tests of stride scheduling (DESIGN.md §6, "Scheduling"; M 4.4; Waldspurger).
+"""Property tests of stride scheduling (M 4.4; Waldspurger).
 
 What is asserted, precisely:
 
@@ -29,7 +29,6 @@ from itertools import combinations
 
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
-from stride_sim import run_concurrent, run_sequential
 
 from scheduler import (
     ManualClock,
@@ -39,6 +38,7 @@ from scheduler import (
     relative_error,
     stride_pair_bound,
 )
+from tests.scheduler.stride_sim import run_concurrent, run_sequential
 
 NO_DEDUCTION = SchedulerConfig(tickets_per_result=0)
 

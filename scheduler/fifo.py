@@ -1,7 +1,6 @@
-"""A first-come-first-served policy with the stride scheduler's interface (a baseline).
+"""A first-come-first-served :class:`~scheduler.abc.SchedulingPolicy` (a baseline).
 
-The Recall Manager drives any object with :class:`scheduler.scheduler.StrideScheduler`'s
-methods. This one always grants the next quantum to the oldest runnable task, so the
+This policy always grants the next quantum to the oldest runnable task, so the
 first tasks submitted run all their chunks before later ones get any: the naive
 "process recall tasks in arrival order" the fairness benchmark compares stride
 scheduling against (M 4.4). Tickets are recorded but never consulted; priorities,
@@ -22,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from scheduler.abc import SchedulingPolicy
 from scheduler.clock import Clock, MonotonicClock
-from scheduler.errors import InvalidTickets, TaskNotRunning, UnknownEvent, UnknownTask
+from scheduler.errors import TaskNotRunning, UnknownEvent, UnknownTask
 from scheduler.events import (
     QuantumGranted,
     SchedulerEvent,
@@ -32,6 +32,7 @@ from scheduler.events import (
     TaskSuspended,
 )
 from scheduler.model import Priority, TaskInfo, TaskState
+from scheduler.tickets import check_tickets
 
 
 @dataclass(slots=True)
@@ -51,7 +52,7 @@ class _Fifo:
     deadline: float | None = None
 
 
-class FifoScheduler:
+class FifoScheduler(SchedulingPolicy):
     """Oldest runnable task first (QUERY before MATERIALIZATION). Not thread-safe: the
     caller serialises calls, as with the stride scheduler."""
 
@@ -66,8 +67,7 @@ class FifoScheduler:
                bounded: bool = False, feedback_period: int | None = None,
                feedback_timeout: float | None = None, task_id: str | None = None) -> str:
         n = 100 if tickets is None else tickets
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidTickets(f"event {eid!r}: tickets must be a positive integer, got {n!r}")
+        check_tickets(n, subject=f"event {eid!r}")
         self._seq += 1
         tid = task_id if task_id is not None else f"t{self._seq}"
         timeout = self.feedback_timeout if feedback_timeout is None else float(feedback_timeout)

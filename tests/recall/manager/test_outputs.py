@@ -4,10 +4,10 @@ after a failed write (nothing the manager published is lost)."""
 from __future__ import annotations
 
 import pytest
-from recall_mgr_helpers import SPAN, T0, wait_until
 
 from recall.api import Interval, Output, OutputKind
-from recall.outputs import DDL, TABLE, ResultsTable
+from recall.outputs import DDL, TABLE, StoredOutputs
+from tests.recall.manager.recall_mgr_helpers import SPAN, T0, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -17,7 +17,7 @@ def _out(eid: str, seq: int, kind=OutputKind.INSERT, **row) -> Output:
 
 
 def test_batches_are_written_and_read_back(pg):
-    table = ResultsTable(pg, batch_size=7, flush_interval=0.05)
+    table = StoredOutputs(pg, batch_size=7, flush_interval=0.05)
     try:
         for i in range(1, 51):
             table.append(_out("e1" if i % 2 else "e2", i, v=i * 1.5, label="x'; DROP TABLE t; --"))
@@ -32,7 +32,7 @@ def test_batches_are_written_and_read_back(pg):
 
 
 def test_a_failed_write_is_retried_not_lost(pg):
-    table = ResultsTable(pg, batch_size=10, flush_interval=0.05)
+    table = StoredOutputs(pg, batch_size=10, flush_interval=0.05)
     try:
         table.append(_out("e1", 1))
         assert table.flush()

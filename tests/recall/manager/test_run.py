@@ -9,11 +9,11 @@ from datetime import timedelta
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from recall_mgr_helpers import SPAN, T0, Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
 from recall.manager import RecallManager, UnknownOperator
 from recall.task import TaskStatus
+from tests.recall.manager.recall_mgr_helpers import SPAN, T0, Collector, Recorder, event, wait_until
 
 pytestmark = pytest.mark.postgres
 
@@ -99,9 +99,9 @@ def test_unknown_operator_is_named(archive):
 
 
 def test_results_reach_the_bus_and_the_results_table(archive, pg):
-    from recall.outputs import ResultsTable
+    from recall.outputs import StoredOutputs
 
-    table = ResultsTable(pg, batch_size=3)
+    table = StoredOutputs(pg, batch_size=3)
     rec = Recorder(archive)
     with RecallManager(archive, max_concurrent=2, on_output=table) as mgr:
         sub = mgr.bus.subscribe(eid="e2")

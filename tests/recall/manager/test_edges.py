@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from recall_mgr_helpers import Collector, Recorder, event, wait_until
 
 from recall.api import EndReason, OutputKind
 from recall.manager import DuplicateOperator, ManagerClosed, RecallManager
 from scheduler.errors import InvalidTickets, UnknownEvent
+from tests.recall.manager.recall_mgr_helpers import Collector, Recorder, event, wait_until
 
 pytestmark = pytest.mark.postgres
 
