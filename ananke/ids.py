@@ -1,4 +1,4 @@
-"""Deterministic tuple ids and the provenance column (A 2.3, A 5; DESIGN.md §3).
+"""Deterministic tuple ids and the provenance column (A 2.3, A 5).
 
 A source tuple's id is Spark's ``xxhash64`` over the stream name, its event time and its
 payload columns, so the id is a function of the tuple alone: a replayed micro-batch, the
@@ -11,7 +11,8 @@ tuple's own ``struct<id:long, ts:timestamp>``, and after a window or a join (and
 at a sink) an ``array`` of such structs, the source tuples that contributed to it (a
 source tuple may be named twice: see :mod:`ananke.query`).
 
-Durations are accepted as :class:`~datetime.timedelta` or as Spark-style strings:
+Durations are accepted in the project's one grammar (:mod:`moirae.base.durations`): a
+:class:`~datetime.timedelta`, a number of seconds, or a string such as ``"15 minutes"``:
 
 >>> to_timedelta("15 minutes")
 datetime.timedelta(seconds=900)
@@ -23,37 +24,26 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from moirae.base.errors import MoiraeError
+from ananke.errors import AnankeError, BadDuration
+from moirae.base.durations import DurationError, parse_duration
 
 PROV = "_prov"
 """Name of the provenance column carried by every instrumented DataFrame."""
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-_UNITS = {
-    "microsecond": 1e-6, "millisecond": 1e-3, "second": 1.0, "minute": 60.0, "hour": 3600.0,
-    "day": 86400.0, "week": 604800.0,
-}
-_DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$")
 
-
-class BadDuration(MoiraeError, ValueError):
-    """A duration that is not a timedelta or a string such as ``"15 minutes"``."""
-
-
-def to_timedelta(value: timedelta | str) -> timedelta:
-    """``value`` as a timedelta; strings are ``"<number> <unit>"`` (second ... week)."""
-    if isinstance(value, timedelta):
-        return value
-    m = _DUR_RE.match(str(value).lower())
-    if not m or m.group(2) not in _UNITS:
-        raise BadDuration(f"not a duration: {value!r} (use a timedelta or e.g. '15 minutes')")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+def to_timedelta(value: timedelta | str | float) -> timedelta:
+    """``value`` as a timedelta, by :func:`moirae.base.durations.parse_duration`; anything
+    else raises :class:`~ananke.errors.BadDuration` naming ``value``."""
+    try:
+        return parse_duration(value)
+    except DurationError as exc:
+        raise BadDuration(str(exc)) from None
 
 
 def spark_interval(value: timedelta | str) -> str:
@@ -65,7 +55,7 @@ def spark_interval(value: timedelta | str) -> str:
 def micros(ts: datetime) -> int:
     """Microseconds since the epoch of an aware datetime (naive ones are refused)."""
     if ts.tzinfo is None:
-        raise MoiraeError(f"naive datetime {ts!r}: event times must carry a time zone")
+        raise AnankeError(f"naive datetime {ts!r}: event times must carry a time zone")
     delta = ts - EPOCH
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
@@ -78,11 +68,12 @@ def from_micros(us: int) -> datetime:
 def source_id_col(stream: str, ts_col: str, cols: Sequence[str]):
     """The source-id column expression: ``xxhash64(stream, ts, *cols)`` (a Spark Column).
 
-    The Archiver uses this very function, so archived rows and provenance agree on ids.
+    The one definition is :func:`archive.ids.spark_source_id`, which the Archiver's sink
+    uses too, so archived rows and provenance agree on ids.
     """
-    from pyspark.sql import functions as F
+    from archive.ids import spark_source_id
 
-    return F.xxhash64(F.lit(stream), F.col(ts_col), *[F.col(c) for c in cols])
+    return spark_source_id(stream, [ts_col, *cols])
 
 
 def sink_id_col(sink: str, ts_col: str, cols: Sequence[str]):

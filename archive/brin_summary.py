@@ -3,11 +3,10 @@
 A BRIN index summarizes a range of heap pages once asked to (or once autovacuum gets to
 it, a minute later by default); until then a scan reads every page of the range. The
 window reads of live provenance ask for the newest rows, so the pages they need are
-the ones written since the last summary. Summarizing them costs about 0.15 µs per row
-(1.8M rows in 0.26 s on this machine's PostgreSQL, 2026-11-26), which at 320,000
-rows/s had made the summaries 6.1 s of the event-query's 7.0 s of window reads in a 40 s
-run: time spent on the event-query's batch thread, the Spark job of the next batch
-waiting behind it.
+the ones written since the last summary (:mod:`archive.brin_pages`). Summarizing them
+on the reader's path would put that cost, a small one per row at the stream's full
+rate, on the event-query's batch thread, with the Spark job of the next batch waiting
+behind it.
 
 So a :class:`Summarizer` does it in the background, every ``period`` seconds, for the
 stream's present chunks; a reader then asks it (:meth:`Summarizer.now`) for the few
@@ -21,61 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from datetime import datetime
 
 from archive.abc import Tier
-from archive.names import partition_name, quote
+from archive.brin_pages import span_chunks, summarize
+from archive.contributors import ensure_time_index
+from archive.names import partition_name
+
+__all__ = ["Summarizer", "restore_claimed", "span_chunks", "summarize"]
 
 log = logging.getLogger(__name__)
-
-
-def span_chunks(archiver, stream: str, lo: datetime, hi: datetime) -> range:
-    """The ids of the stream's chunks that ``[lo, hi]`` falls in (existing or not)."""
-    grid = archiver.grid_of(stream)
-    return range(grid.chunk_of(lo), grid.chunk_of(hi) + 1)
-
-
-def summarize(archiver, stream: str, chunk_ids: Iterable[int], index: str,
-              names: dict[tuple[str, str], str] | None = None) -> int:
-    """Summarize the new pages of the BRIN index ``index`` (of the stream's table) on each
-    of ``chunk_ids`` that exists; returns how many page ranges it summarized. ``names``,
-    when given, caches each chunk's index name (by index and chunk table), so a caller
-    summarizing the same chunks again reads the catalog only for new ones."""
-    parts = [partition_name(stream, c) for c in chunk_ids]
-    if not parts:
-        return 0
-    cache = names if names is not None else {}
-    done = 0
-    with archiver.db.connection() as conn, conn.cursor() as cur:
-        unknown = [p for p in parts if (index, p) not in cache]
-        if unknown:  # a chunk not yet created has no index: looked up again next time
-            cur.execute("SELECT p.relname, c.oid::regclass::text FROM pg_inherits h "
-                        "JOIN pg_class c ON c.oid = h.inhrelid JOIN pg_index i ON i.indexrelid = c.oid "
-                        "JOIN pg_class p ON p.oid = i.indrelid "
-                        "WHERE h.inhparent = to_regclass(%s) AND p.relname = ANY(%s)", (quote(index), unknown))
-            cache.update({(index, part): ix for part, ix in cur.fetchall()})
-        indexes = [cache[(index, p)] for p in parts if (index, p) in cache]
-        if not indexes:
-            return 0
-        cur.execute("SET lock_timeout = '100ms'")  # autocommit: each statement its own transaction
-        try:
-            for ix in indexes:
-                try:
-                    cur.execute("SELECT brin_summarize_new_values(%s::regclass)", (ix,))
-                    done += cur.fetchone()[0]
-                except Exception as exc:
-                    code = getattr(exc, "pgcode", None)
-                    if code == "42P01":  # the chunk was dropped since it was cached
-                        for key in [k for k, v in cache.items() if v == ix]:
-                            del cache[key]
-                    elif code == "55P03":  # autovacuum holds the lock: read unsummarized pages
-                        log.info("archive: BRIN index %s busy (autovacuum?); reading its unsummarized pages", ix)
-                    else:
-                        raise
-        finally:
-            cur.execute("SET lock_timeout = 0")
-    return done
 
 
 def restore_claimed(archiver, claims) -> None:
@@ -86,8 +40,6 @@ def restore_claimed(archiver, claims) -> None:
     reads would have scanned whole chunks from then on. Built again as at start
     (:func:`archive.contributors.ensure_time_index`: the present chunks and the stream's
     table; chunks created later get it with their table)."""
-    from archive.contributors import ensure_time_index
-
     for stream in claims.streams():
         try:
             ensure_time_index(archiver, stream)
@@ -129,8 +81,8 @@ class Summarizer:
         index claims if the server lost them (:mod:`archive.index_claims`), and then
         builds again each claimed index that another process dropped meanwhile."""
         t0 = time.monotonic()
-        claims = getattr(self.archiver, "index_claims", None)
-        if claims is not None and claims.keep_alive():
+        claims = self.archiver.index_claims
+        if claims.keep_alive():
             restore_claimed(self.archiver, claims)
         ids = [c.chunk_id for c in self.archiver.chunks(self.stream, Tier.PRESENT)]
         with self._lock:

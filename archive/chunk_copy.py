@@ -1,6 +1,6 @@
 """One chunk of one stream's columns, read with ``COPY ... TO STDOUT`` into Arrow.
 
-The bulk read behind the Similarity Recall index build (issue 10 §1): a chunk's events
+The bulk read behind the Similarity Recall index build: a chunk's events
 and contexts are read in their wide, archived form (one row per tuple, not one per
 attribute) and parsed by Arrow's C++ CSV reader, so no Python object is made per row.
 The reads of one chunk run like a history-query (:mod:`archive.history`): read-only,
@@ -20,44 +20,35 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from archive.abc import Read
+from archive.chunks import task_grid
 from archive.history import read_only_errors
 from archive.names import quote
+
+if TYPE_CHECKING:
+    from archive.catalog import Catalog
 
 TS_US = "_ts_us"
 
 
-@dataclass(frozen=True)
-class Read:
-    """One stream's part of a chunk read: ``exprs`` are ``(name, SQL expression)`` pairs
-    over the stream as ``e``, built by the caller from validated identifiers (e.g.
-    ``e."user"::text``), never user text; ``with_ts`` adds ``_ts_us``; ``coded``
-    dictionary-encodes the text columns while parsing (see :func:`codes`)."""
-
-    stream: str
-    exprs: Sequence[tuple[str, str]]
-    with_ts: bool = True
-    coded: bool = False
-
-
-def copy_chunk(archiver, stream: str, exprs: Sequence[tuple[str, str]], chunk_id: int,
+def copy_chunk(catalog: Catalog, stream: str, exprs: Sequence[tuple[str, str]], chunk_id: int,
                grid_streams: Iterable[str], conn: Any = None, timeout_ms: int | None = None,
                with_ts: bool = True, coded: bool = False) -> pa.Table:
     """``stream``'s rows in chunk ``chunk_id`` (bounds of ``grid_streams``' grid) as an
     Arrow table: ``_ts_us`` (int64; unless ``with_ts`` is false), then one string column
     per ``(name, expression)`` of ``exprs`` (nulls kept; dictionary-encoded while parsed
     when ``coded``, see :func:`codes`). One :class:`Read` of :func:`copy_reads`."""
-    return copy_reads(archiver, [Read(stream, exprs, with_ts, coded)], chunk_id, grid_streams, conn, timeout_ms)[0]
+    return copy_reads(catalog, [Read(stream, exprs, with_ts, coded)], chunk_id, grid_streams, conn, timeout_ms)[0]
 
 
-def copy_reads(archiver, reads: Sequence[Read], chunk_id: int, grid_streams: Iterable[str], conn: Any = None,
+def copy_reads(catalog: Catalog, reads: Sequence[Read], chunk_id: int, grid_streams: Iterable[str], conn: Any = None,
                timeout_ms: int | None = None) -> list[pa.Table]:
     """Each of ``reads`` over chunk ``chunk_id``, in one read-only transaction (one
     snapshot, one statement timeout each): see :func:`copy_chunk` for the tables.
@@ -72,23 +63,23 @@ def copy_reads(archiver, reads: Sequence[Read], chunk_id: int, grid_streams: Ite
     stream whose bytes hold any backslash other than that of a ``\\N`` (NULL) is read
     again as CSV (exact for every value), as is one whose times do not parse."""
     if conn is None:  # a pooled connection (archive.pool)
-        with archiver.db.connection() as own:
-            return copy_reads(archiver, reads, chunk_id, grid_streams, own, timeout_ms)
-    grid = archiver.grid_for(list(grid_streams))
+        with catalog.db.connection() as own:
+            return copy_reads(catalog, reads, chunk_id, grid_streams, own, timeout_ms)
+    grid = task_grid(catalog, list(grid_streams))
     lo, hi = grid.bounds(chunk_id)
-    timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
+    timeout = int(timeout_ms or catalog.settings.statement_timeout_ms)
     out: list[pa.Table] = []
     conn.autocommit = True
     what = f"read of {', '.join(r.stream for r in reads)} chunk {chunk_id}"
     with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms"):
         cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %s", (timeout,))
         for r in reads:
-            out.append(_read(archiver, cur, r, lo, hi))
+            out.append(_read(catalog, cur, r, lo, hi))
     return out
 
 
-def _read(archiver, cur, r: Read, lo, hi) -> pa.Table:
-    spec = archiver.stream(r.stream)
+def _read(catalog: Catalog, cur, r: Read, lo, hi) -> pa.Table:
+    spec = catalog.stream(r.stream)
     ts = f"e.{quote(spec.ts_col)}"
     columns = [n for n, _ in r.exprs]
     where = f"FROM {quote(r.stream)} AS e WHERE {ts} >= %s AND {ts} < %s"

@@ -1,6 +1,6 @@
 """Chunk layout: each stream's own chunk interval, and creating chunks with a bounded
-number of locks per transaction (issue 12; DESIGN.md §3, where this differs: see the
-README's "Where this differs from DESIGN.md").
+number of locks per transaction (M 4.1; see docs/ARCHITECTURE.md for where the grid
+differs from the paper's single global one).
 
 - **Per-stream intervals.** A stream's chunk ``c`` is ``[c * I, (c + 1) * I)`` from the
   epoch, ``I`` the stream's interval. ``I`` is configured per stream, or chosen from the
@@ -23,6 +23,8 @@ README's "Where this differs from DESIGN.md").
 - **One creator, two callers.** :func:`create_chunks` is the SQL of chunk creation and
   needs only a cursor: the driver calls it through :func:`create_in`, and an executor
   archiving its partition of a micro-batch (:mod:`archive.exec_sink`) calls it itself.
+
+Every function here takes the archive's :class:`~archive.catalog.Catalog`.
 """
 
 from __future__ import annotations
@@ -35,14 +37,30 @@ from typing import TYPE_CHECKING
 from psycopg2.extras import execute_values
 
 from archive.abc import EPOCH, ChunkGrid, DescendingIds, Tier
-from archive.names import partition_name, quote
+from archive.errors import BatchTooWide, SchemaConflict
+from archive.names import partition_name
+from archive.schema import partition_ddl
 
 if TYPE_CHECKING:
-    from archive.archiver import Archiver
+    from archive.catalog import Catalog
     from archive.streams import StreamSpec
 
 CHUNKS_PER_TRANSACTION = 32
 """New chunks created per transaction (each holds a lock on its partition until commit)."""
+
+MAX_CHUNKS_PER_BATCH = 512
+"""Chunks one appended batch (or one executor's partition of it) may touch: its COPY locks
+each touched partition until commit, and PostgreSQL's shared lock table holds
+max_locks_per_transaction (64) x max_connections."""
+
+
+def check_width(n_chunks: int, what: str, span: object) -> None:
+    """Refuse a write touching more than :data:`MAX_CHUNKS_PER_BATCH` chunks, naming
+    ``what`` (the batch, the stream, the partition) and the chunk interval ``span``."""
+    if n_chunks > MAX_CHUNKS_PER_BATCH:
+        raise BatchTooWide(f"{what} spans {n_chunks} chunks of {span}; one transaction may write at most "
+                           f"{MAX_CHUNKS_PER_BATCH} (PostgreSQL's lock table): send smaller batches or set a "
+                           "larger chunk interval (archive.chunk_span)")
 
 LADDER: tuple[timedelta, ...] = (
     timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15), timedelta(minutes=30),
@@ -77,10 +95,10 @@ def choose_interval(rows: int, span: timedelta, target_rows: int, fallback: time
     return fitting[-1] if fitting else LADDER[0]
 
 
-def task_grid(arch: Archiver, streams: Iterable[str]) -> ChunkGrid:
+def task_grid(catalog: Catalog, streams: Iterable[str]) -> ChunkGrid:
     """The grid a history-query over ``streams`` runs on: the coarsest of their intervals."""
-    spans = [arch.grid_of(s).span for s in streams]
-    return ChunkGrid(max(spans)) if spans else arch.grid
+    spans = [catalog.grid_of(s).span for s in streams]
+    return ChunkGrid(max(spans)) if spans else catalog.grid
 
 
 def bump_version(cur, stream: str) -> None:
@@ -98,9 +116,9 @@ class TaskIdCache:
         self._lock = threading.Lock()
         self._ids: dict[tuple[str, ...], tuple[tuple, DescendingIds]] = {}
 
-    def get(self, arch: Archiver, streams: Iterable[str]) -> DescendingIds:
+    def get(self, catalog: Catalog, streams: Iterable[str]) -> DescendingIds:
         names = tuple(sorted(set(streams)))
-        with arch._conn() as conn, conn.cursor() as cur:
+        with catalog.transaction() as conn, conn.cursor() as cur:
             cur.execute("SELECT stream, chunks_version, chunk_us FROM moirae_streams WHERE stream = ANY(%s) "
                         "ORDER BY stream", (list(names),))
             version = tuple(cur.fetchall())
@@ -108,18 +126,18 @@ class TaskIdCache:
             hit = self._ids.get(names)
         if hit is not None and hit[0] == version:
             return hit[1]
-        ids = DescendingIds(task_ids(arch, names))
+        ids = DescendingIds(task_ids(catalog, names))
         with self._lock:
             self._ids[names] = (version, ids)
         return ids
 
 
-def task_ids(arch: Archiver, streams: Iterable[str]) -> list[int]:
+def task_ids(catalog: Catalog, streams: Iterable[str]) -> list[int]:
     """Ids (on :func:`task_grid`) of the task intervals overlapping any non-dropped chunk
     of ``streams``, newest first. One SQL statement over the catalog."""
     names = list(streams)
-    span_us = task_grid(arch, names).span_us
-    with arch._conn() as conn, conn.cursor() as cur:
+    span_us = task_grid(catalog, names).span_us
+    with catalog.transaction() as conn, conn.cursor() as cur:
         # a chunk [start, end) overlaps tasks floor(start / T) .. floor((end - 1us) / T)
         cur.execute(
             "SELECT DISTINCT t FROM moirae_chunks c, LATERAL generate_series("
@@ -130,15 +148,15 @@ def task_ids(arch: Archiver, streams: Iterable[str]) -> list[int]:
         return [int(r[0]) for r in cur.fetchall()]
 
 
-def ensure_chunks(arch: Archiver, spec: StreamSpec, chunk_ids: Iterable[int], bulk: bool = False) -> dict[int, Tier]:
+def ensure_chunks(catalog: Catalog, spec: StreamSpec, chunk_ids: Iterable[int], bulk: bool = False) -> dict[int, Tier]:
     """Create the missing chunks (partitions and catalog rows) of ``spec`` among
     ``chunk_ids`` (on the stream's own grid), at most :data:`CHUNKS_PER_TRANSACTION` per
     transaction; return every one's tier. Idempotent and safe against concurrent
     creators (the partition DDL is ``IF NOT EXISTS`` under a per-stream advisory lock)."""
     out: dict[int, Tier] = {}
     for group in in_groups(chunk_ids):
-        with arch._conn() as conn, conn.cursor() as cur:
-            out.update(create_in(arch, cur, spec, group, bulk))
+        with catalog.transaction() as conn, conn.cursor() as cur:
+            out.update(create_in(catalog, cur, spec, group, bulk))
     return out
 
 
@@ -153,7 +171,7 @@ def in_groups(chunk_ids: Iterable[int]) -> list[list[int]]:
     return [ids[i:i + CHUNKS_PER_TRANSACTION] for i in range(0, len(ids), CHUNKS_PER_TRANSACTION)]
 
 
-def ensure_span(arch: Archiver, stream: str, min_ts: datetime, max_ts: datetime, bulk: bool = False,
+def ensure_span(catalog: Catalog, stream: str, min_ts: datetime, max_ts: datetime, bulk: bool = False,
                 rows: int | None = None) -> dict[int, Tier]:
     """Ensure the chunks covering ``[min_ts, max_ts]`` of ``stream`` exist (bounded locks
     per transaction), e.g. before executors write their partitions of a batch. With no
@@ -163,15 +181,15 @@ def ensure_span(arch: Archiver, stream: str, min_ts: datetime, max_ts: datetime,
         raise ValueError(f"ensure_span({stream!r}): times must be timezone-aware, got {min_ts!r}, {max_ts!r}")
     if max_ts < min_ts:
         raise ValueError(f"ensure_span({stream!r}): max_ts {max_ts} is before min_ts {min_ts}")
-    spec = arch.stream(stream)
-    grid = arch.fix_interval(stream, rows if rows is not None else 0, max_ts - min_ts)
-    return ensure_chunks(arch, spec, range(grid.chunk_of(min_ts), grid.chunk_of(max_ts) + 1), bulk)
+    spec = catalog.stream(stream)
+    grid = fix_interval(catalog, stream, rows if rows is not None else 0, max_ts - min_ts)
+    return ensure_chunks(catalog, spec, range(grid.chunk_of(min_ts), grid.chunk_of(max_ts) + 1), bulk)
 
 
-def create_in(arch: Archiver, cur, spec: StreamSpec, chunk_ids: list[int], bulk: bool) -> dict[int, Tier]:
+def create_in(catalog: Catalog, cur, spec: StreamSpec, chunk_ids: list[int], bulk: bool) -> dict[int, Tier]:
     """Inside the caller's transaction: :func:`create_chunks` on the stream's grid, with
-    the Archiver's current horizon for the stream."""
-    return create_chunks(cur, spec, arch.grid_of(spec.name).span_us, chunk_ids, arch.horizon(spec.name), bulk)
+    the catalog's current horizon for the stream."""
+    return create_chunks(cur, spec, catalog.grid_of(spec.name).span_us, chunk_ids, catalog.horizon(spec.name), bulk)
 
 
 def create_chunks(cur, spec: StreamSpec, span_us: int, chunk_ids: list[int], horizon: datetime | None,
@@ -185,7 +203,7 @@ def create_chunks(cur, spec: StreamSpec, span_us: int, chunk_ids: list[int], hor
     Safe against concurrent creators of the same chunk (another executor of the same
     batch, the driver): the DDL runs under a per-stream advisory lock and only for
     tables that do not exist, and the catalog insert keeps a row another creator
-    committed. A partition is attached to the stream's table (:func:`partition_ddl`),
+    committed. A partition is attached to the stream's table (:func:`archive.schema.partition_ddl`),
     which does not wait for the transactions writing to its other chunks; commit soon
     all the same, since until then the lock on the stream's table keeps out the next
     creator and the stream's index DDL (:mod:`archive.contributors`)."""
@@ -229,82 +247,56 @@ def create_chunks(cur, spec: StreamSpec, span_us: int, chunk_ids: list[int], hor
     return out
 
 
-def partition_ddl(cur, stream: str, part: str, start: datetime, end: datetime, no_vacuum: bool) -> list[str]:
-    """The statements creating chunk table ``part`` of ``stream`` for ``[start, end)``:
-    a table like the stream's, then attached to it as a partition.
-
-    Not ``CREATE TABLE .. PARTITION OF``, which takes the stream's table in ACCESS
-    EXCLUSIVE mode and so waits for every open transaction that reads or writes any of
-    its chunks: each executor's COPY, a history-query (up to its statement timeout). ``ATTACH
-    PARTITION`` takes SHARE UPDATE EXCLUSIVE, which those transactions' locks leave alone
-    (PostgreSQL 12 and later), and the new table is empty, so the partition bound is
-    checked at once. PostgreSQL gives the new partition each index of the stream's table,
-    as for ``PARTITION OF``. Measured on PostgreSQL 15 and 16 (2026-11-27): with a
-    transaction writing one chunk open, ``PARTITION OF`` hit a 1-s lock timeout and this
-    created and attached the next chunk at once."""
-    with_ = " WITH (autovacuum_enabled = off)" if no_vacuum else ""
-    return [f"CREATE TABLE {quote(part)} (LIKE {quote(stream)} INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
-            f"INCLUDING STORAGE){with_};",
-            cur.mogrify(f"ALTER TABLE {quote(stream)} ATTACH PARTITION {quote(part)} FOR VALUES FROM (%s) TO (%s);",
-                        (start, end)).decode()]
-
-
 def vacuum_off(spec: StreamSpec, tier: Tier) -> bool:
     """Whether autovacuum leaves a chunk alone: a present chunk of a raw stream.
 
     Such a chunk only grows (rows are never updated or deleted there) at the stream's
-    rate, and autovacuum's insert-triggered VACUUM ANALYZE scanned it again and again:
-    over 10 s for 48,000 pages of the metrics stream at 320,000 rows/s, its CPU taken
-    from the archive and holding the lock the window reads' BRIN summaries need
-    (:mod:`archive.brin_summary`), so those reads read every key's pages meanwhile
-    (engine_jvm, 2026-11-26). Leaving the present tier turns it back on
+    rate, and autovacuum's insert-triggered VACUUM ANALYZE would scan it again and again,
+    its CPU taken from the archive and holding the lock the window reads' BRIN summaries
+    need (:mod:`archive.brin_summary`), so those reads would read every key's pages
+    meanwhile. Leaving the present tier turns it back on
     (:func:`archive.tiers._set_tier`); PostgreSQL's anti-wraparound VACUUM runs whatever
     the setting. Event and context streams replace rows in present chunks (supersede),
     so they keep it."""
     return tier is Tier.PRESENT and spec.kind == "raw"
 
 
-def rate_based(arch: Archiver, stream: str) -> bool:
+def rate_based(catalog: Catalog, stream: str) -> bool:
     """Whether ``stream``'s interval, while not fixed, waits for its first rows' rate:
     a raw stream with ``chunk_target_rows`` set and no configured interval. Otherwise
     :func:`fix_interval` needs no rows, and a writer need not count them first."""
-    s = arch.settings
-    return (stream not in arch._intervals and s.chunk_intervals.get(stream) is None
-            and bool(s.chunk_target_rows) and arch.stream(stream).kind == "raw")
+    s = catalog.settings
+    return (catalog.interval(stream) is None and s.chunk_intervals.get(stream) is None
+            and bool(s.chunk_target_rows) and catalog.stream(stream).kind == "raw")
 
 
-def fix_interval(arch: Archiver, stream: str, rows: int, span: timedelta) -> ChunkGrid:
+def fix_interval(catalog: Catalog, stream: str, rows: int, span: timedelta) -> ChunkGrid:
     """The stream's grid, choosing and recording its interval first if none is fixed:
     configured (``chunk_intervals``), else from ``rows`` over ``span`` (raw streams, with
     ``chunk_target_rows`` set), else ``chunk_span``."""
-    arch.stream(stream)  # an unknown stream is refused before anything is recorded
-    if stream not in arch._intervals:
-        settings = arch.settings
+    catalog.stream(stream)  # an unknown stream is refused before anything is recorded
+    fixed = catalog.interval(stream)
+    if fixed is None:
+        settings = catalog.settings
         chosen = settings.chunk_intervals.get(stream)
-        if rate_based(arch, stream):
+        if rate_based(catalog, stream):
             chosen = choose_interval(rows, span, settings.chunk_target_rows, settings.chunk_span)
-        with arch._conn() as conn, conn.cursor() as cur:
-            arch._intervals[stream] = record_interval(cur, stream, chosen or settings.chunk_span)
-    return ChunkGrid(arch._intervals[stream])
+        with catalog.transaction() as conn, conn.cursor() as cur:
+            fixed = record_interval(cur, stream, chosen or settings.chunk_span)
+        catalog.remember_interval(stream, fixed)
+    return ChunkGrid(fixed)
 
 
-def set_interval(arch: Archiver, stream: str, span: timedelta) -> None:
+def set_interval(catalog: Catalog, stream: str, span: timedelta) -> None:
     """Fix the stream's interval to ``span`` now; a different recorded one is a conflict."""
-    from archive.archiver import SchemaConflict
-
     if span < timedelta(seconds=1) or span % timedelta(seconds=1):
         raise ValueError(f"stream {stream!r}: chunk interval must be a whole number of seconds >= 1 s, got {span!r}")
-    with arch._conn() as conn, conn.cursor() as cur:
+    with catalog.transaction() as conn, conn.cursor() as cur:
         fixed = record_interval(cur, stream, span)
-    arch._intervals[stream] = fixed
+    catalog.remember_interval(stream, fixed)
     if fixed != span:
         raise SchemaConflict(f"stream {stream!r} is archived in chunks of {fixed}; "
                              f"cannot re-register it with chunks of {span}")
-
-
-def load_intervals(cur) -> dict[str, timedelta]:
-    cur.execute("SELECT stream, chunk_us FROM moirae_streams WHERE chunk_us IS NOT NULL")
-    return {name: timedelta(microseconds=us) for name, us in cur.fetchall()}
 
 
 def record_interval(cur, stream: str, span: timedelta) -> timedelta:

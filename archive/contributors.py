@@ -1,4 +1,5 @@
-"""Reading back the source tuples of live windows (ananke.digest, DESIGN.md §4 flow 4).
+"""Reading back the source tuples of live windows (ananke.digest; docs/ARCHITECTURE.md,
+demotion by provenance).
 
 A window that kept only a digest of its provenance asks the archive for its candidate
 source tuples: the rows of the source stream with the window's key values and event time
@@ -6,7 +7,7 @@ in ``[lo, hi)``, each with its id and the archive batch that stored it (its arri
 order). The windows of one sink batch are read in one statement.
 
 Present chunks have no B-tree indexes (their rows arrive at the stream's full rate, and a
-B-tree on the key doubled the cost of writing them, README), so the stream's table gets
+B-tree on the key doubles the cost of writing them), so the stream's table gets
 one BRIN index: a summary (min and max of each column) per 32 heap pages, kept by the
 server at a small cost per row. It is on the event time and the windows' key columns,
 and the executors write each chunk's rows of a micro-batch partition sorted by those
@@ -14,9 +15,7 @@ keys, a block of at least 200,000 rows at a time (:func:`cluster_by`,
 :mod:`archive.exec_stream`), so each 32-page range holds a few keys of about one
 batch's time: a read of one key's window then skips the ranges of
 every other key as well as of other times. Without that sort a range holds every key,
-and a read of one key for 5 seconds reads every key's rows of those 5 seconds (102 ms
-against 2.4 ms for the same 1,590 rows of 10 s at 320,000 rows/s with 1000 keys, written
-in 1-second COPYs, embedded server, 2026-11-26).
+and a read of one key's window reads every key's rows of that time.
 
 Pages written since the last summary are unsummarized, and a BRIN scan reads all of
 them; so before reading, the chunks' new pages are summarized
@@ -31,7 +30,7 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from archive import brin_summary
+from archive import brin_pages
 from archive.index_claims import unclaimed
 from archive.names import partition_name, quote
 from archive.types import ColumnType
@@ -165,53 +164,73 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
         raise KeyError(f"stream {stream!r} has no column(s) {missing} (columns: {list(spec.columns)})")
     out: list[list[tuple[int, datetime, int]]] = [[] for _ in windows]
     readable = [i for i, w in enumerate(windows) if unarchivable(w[0]) is None]
-    ts = quote(spec.ts_col)
     if summarize:
-        brin_summary.summarize(archiver, stream,
-                               brin_summary.span_chunks(archiver, stream, min(w[1] for w in windows),
+        brin_pages.summarize(archiver, stream,
+                             brin_pages.span_chunks(archiver, stream, min(w[1] for w in windows),
                                                         max(w[2] for w in windows)),
                                time_index(archiver, stream))
     with archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
-        # a fresh chunk has no statistics, and without them the planner scans the whole chunk
-        # rather than the BRIN ranges of the windows (393 against 228 ms for 5 s of a 20 s
-        # chunk at 640,000 rows/s); JIT compiling took another 15-25 ms of such a read
+        # a fresh chunk has no statistics, and without them the planner scans the whole
+        # chunk rather than the BRIN ranges of the windows; JIT compiling costs more than
+        # such a read
         cur.execute("SET LOCAL enable_seqscan = off")
         cur.execute("SET LOCAL jit = off")
         plain = [i for i in readable if all(v is not None for v in windows[i][0])]
         clustered = bool(set(archiver.cluster_keys(stream)) & set(keys))
         if plain and clustered and len(plain) <= PER_WINDOW_READS:
-            cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")  # a few ranges each: no workers to start
-            one = (f"(SELECT %s::int AS i, _sid, {ts}, _batch FROM {quote(stream)} WHERE {ts} >= %s AND {ts} < %s"
-                   + "".join(f" AND {quote(k)} = %s::{spec.columns[k].value}" for k in keys) + ")")
-            cur.execute(" UNION ALL ".join([one] * len(plain)) + " ORDER BY i, _batch",
-                        [p for i in plain for p in (i, windows[i][1], windows[i][2], *windows[i][0])])
-            for i, sid, t, batch in cur.fetchall():
-                out[i].append((sid, t, batch))
+            found = _read_each(cur, spec, keys, windows, plain)
         elif plain:
-            from psycopg2.extras import execute_values
-
-            casts = "".join(f", %s::{spec.columns[k].value}" for k in keys)
-            join = " AND ".join([f"t.{ts} >= d.lo", f"t.{ts} < d.hi",
-                                 *(f"t.{quote(k)} = d.k{n}" for n, k in enumerate(keys))])
-            lo = min(windows[i][1] for i in plain)
-            hi = max(windows[i][2] for i in plain)
-            sql = (f"SELECT d.i, t._sid, t.{ts}, t._batch FROM (VALUES %s) "
-                   f"AS d(i, lo, hi{''.join(f', k{n}' for n in range(len(keys)))}) "
-                   f"JOIN {quote(stream)} t ON {join} "
-                   f"WHERE t.{ts} >= {cur.mogrify('%s', (lo,)).decode()} AND t.{ts} < {cur.mogrify('%s', (hi,)).decode()} "
-                   f"ORDER BY d.i, t._batch")
-            rows = execute_values(cur, sql, [(i, windows[i][1], windows[i][2], *windows[i][0]) for i in plain],
-                                  template=f"(%s, %s::timestamptz, %s::timestamptz{casts})", fetch=True,
-                                  page_size=max(len(plain), 1))
-            for i, sid, t, batch in rows:
-                out[i].append((sid, t, batch))
+            found = _read_joined(cur, spec, keys, windows, plain)
+        else:
+            found = []
+        for i, sid, t, batch in found:
+            out[i].append((sid, t, batch))
         for i in sorted(set(readable) - set(plain)):
-            vals, lo, hi = windows[i]
-            conds = " AND ".join(f"{quote(k)} IS NULL" if v is None else f"{quote(k)} = %s" for k, v in zip(keys, vals, strict=True))
-            cur.execute(f"SELECT _sid, {ts}, _batch FROM {quote(stream)} WHERE {ts} >= %s AND {ts} < %s "
-                        f"AND {conds} ORDER BY _batch", (lo, hi, *[v for v in vals if v is not None]))
-            out[i] = [tuple(r) for r in cur.fetchall()]
+            out[i] = _read_with_nulls(cur, spec, keys, *windows[i])
     return out
+
+
+def _read_each(cur, spec, keys: Sequence[str], windows, plain: list[int]) -> list[tuple]:
+    """``(window, _sid, ts, _batch)`` of the ``plain`` windows, each read through the BRIN
+    index on its own (its key's ranges only), in one statement."""
+    ts = quote(spec.ts_col)
+    cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")  # a few ranges each: no workers to start
+    one = (f"(SELECT %s::int AS i, _sid, {ts}, _batch FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s"
+           + "".join(f" AND {quote(k)} = %s::{spec.columns[k].value}" for k in keys) + ")")
+    cur.execute(" UNION ALL ".join([one] * len(plain)) + " ORDER BY i, _batch",
+                [p for i in plain for p in (i, windows[i][1], windows[i][2], *windows[i][0])])
+    return cur.fetchall()
+
+
+def _read_joined(cur, spec, keys: Sequence[str], windows, plain: list[int]) -> list[tuple]:
+    """``(window, _sid, ts, _batch)`` of the ``plain`` windows, as one hash join of the
+    windows with every row of their overall time span."""
+    from psycopg2.extras import execute_values
+
+    ts = quote(spec.ts_col)
+    casts = "".join(f", %s::{spec.columns[k].value}" for k in keys)
+    join = " AND ".join([f"t.{ts} >= d.lo", f"t.{ts} < d.hi",
+                         *(f"t.{quote(k)} = d.k{n}" for n, k in enumerate(keys))])
+    lo = min(windows[i][1] for i in plain)
+    hi = max(windows[i][2] for i in plain)
+    sql = (f"SELECT d.i, t._sid, t.{ts}, t._batch FROM (VALUES %s) "
+           f"AS d(i, lo, hi{''.join(f', k{n}' for n in range(len(keys)))}) "
+           f"JOIN {quote(spec.name)} t ON {join} "
+           f"WHERE t.{ts} >= {cur.mogrify('%s', (lo,)).decode()} AND t.{ts} < {cur.mogrify('%s', (hi,)).decode()} "
+           f"ORDER BY d.i, t._batch")
+    return execute_values(cur, sql, [(i, windows[i][1], windows[i][2], *windows[i][0]) for i in plain],
+                          template=f"(%s, %s::timestamptz, %s::timestamptz{casts})", fetch=True,
+                          page_size=max(len(plain), 1))
+
+
+def _read_with_nulls(cur, spec, keys: Sequence[str], vals: tuple, lo: datetime, hi: datetime) -> list[tuple]:
+    """``(_sid, ts, _batch)`` of one window whose key values hold a None (matching NULL)."""
+    ts = quote(spec.ts_col)
+    conds = " AND ".join(f"{quote(k)} IS NULL" if v is None else f"{quote(k)} = %s"
+                         for k, v in zip(keys, vals, strict=True))
+    cur.execute(f"SELECT _sid, {ts}, _batch FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s "
+                f"AND {conds} ORDER BY _batch", (lo, hi, *[v for v in vals if v is not None]))
+    return [tuple(r) for r in cur.fetchall()]
 
 
 def unarchivable(key_values: Sequence) -> str | None:

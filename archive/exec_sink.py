@@ -1,4 +1,5 @@
-"""Archiving from the executors (M 4.1, DESIGN.md §4 flow 1): each partition of a
+"""Archiving from the executors (M 4.1; docs/ARCHITECTURE.md, a row from its source to
+the archive): each partition of a
 micro-batch COPYs its own rows into PostgreSQL, in PostgreSQL's binary format.
 
 Exactly-once per partition: the row ``(stream, batch id, partition id)`` of
@@ -12,7 +13,8 @@ the part rows then.
 A partition's rows are COPYed as the JVM hands them over, Arrow batch by Arrow batch
 (for a clustered stream, block by sorted block), creating the chunks they reach
 (:mod:`archive.exec_stream`); staged rows, and a partition for which that gives up, are
-written once the whole partition has arrived (:func:`write_partition`).
+written once the whole partition has arrived (:func:`write_partition`, here). The
+objects Spark runs in its workers are in :mod:`archive.exec_udf`.
 
 Each chunk's rows go straight into the chunk's partition (:func:`by_chunk`). The batch
 is read once, new chunks included: a partition whose rows fall into chunks
@@ -35,10 +37,9 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -46,31 +47,10 @@ from archive import chunks as chunk_sql
 from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.names import partition_name, stage_name
 from archive.streams import StreamSpec
-from archive.types import ColumnType
+from archive.types import NULLABLE_DTYPES, ColumnType
 from archive.validate import insert_dead_letters
 
 log = logging.getLogger(__name__)
-
-PARTS_DDL = """
-CREATE TABLE IF NOT EXISTS moirae_batch_parts (
-    stream       text NOT NULL,
-    batch_id     bigint NOT NULL,
-    part         integer NOT NULL,
-    rows         bigint NOT NULL,
-    dead_letters bigint NOT NULL,
-    chunks       jsonb NOT NULL,
-    max_us       bigint,
-    PRIMARY KEY (stream, batch_id, part)
-);
-"""
-
-#: What each partition hands back to the driver (one row per partition).
-SUMMARY_SCHEMA = "part int, rows bigint, dead_letters bigint, duplicate boolean, missing array<bigint>"
-_SUMMARY = pa.schema([("part", pa.int32()), ("rows", pa.int64()), ("dead_letters", pa.int64()),
-                      ("duplicate", pa.bool_()), ("missing", pa.list_(pa.int64()))])
-# Arrow -> pandas keeping bigint exact and NaN apart from null (as archive.archiver does)
-_NULLABLE = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(),
-             pa.bool_(): pd.BooleanDtype()}
 
 
 @dataclass(frozen=True)
@@ -97,137 +77,6 @@ class PartitionJob:
     bulk: bool = False
     skip: bool = False  # the batch is in the batch log already (a replay): write nothing
     cluster: tuple[str, ...] = ()  # each chunk's rows are written sorted by these columns
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        part = TaskContext.get().partitionId()
-        rows, dead, dup, missing = write_arriving(self, part, batches)[0]
-        if self.after_commit is not None and not missing:
-            self.after_commit(self.batch_id, part)
-        yield pa.RecordBatch.from_pydict({"part": [part], "rows": [rows], "dead_letters": [dead],
-                                          "duplicate": [dup], "missing": [missing]}, schema=_SUMMARY)
-
-
-#: The local property that carries a micro-batch's part of the job to its tasks.
-BATCH_PROPERTY = "moirae.archive.batch"
-
-
-@dataclass(frozen=True)
-class StreamWriter:
-    """The part of a :class:`PartitionJob` that stays the same for every micro-batch of
-    one stream. The driver wraps it in one Python UDF per stream, made once; each batch
-    sets the rest (batch id, chunk interval, horizon) as the Spark local property
-    :data:`BATCH_PROPERTY` of the thread that runs the batch's job (:func:`batch_property`),
-    and every task reads it back from its ``TaskContext``. A new UDF per batch had cost
-    the driver some 20 Py4J round trips, a pickling and a schema parse each time: a
-    tenth of the driver's samples in the scenario's full engine (py-spy, 2026-11-25)."""
-
-    dsn: str
-    schema: str | None
-    spec: StreamSpec
-    after_commit: Callable[[int, int], None] | None = None
-    retry_seconds: float = 60.0
-
-    def job(self, batch: str | None) -> PartitionJob:
-        """The whole job, from the batch's property value (refused if absent: a partition
-        must never be written under a batch id it was not given)."""
-        if not batch:
-            raise RuntimeError(f"stream {self.spec.name!r}: the task has no local property {BATCH_PROPERTY!r} "
-                               "(the batch's job was not started by the archive sink)")
-        b = json.loads(batch)
-        horizon = datetime.fromisoformat(b["horizon"]) if b.get("horizon") else None
-        return PartitionJob(self.dsn, self.schema, self.spec, int(b["batch_id"]), int(b["span_us"]),
-                            self.after_commit, self.retry_seconds, horizon=horizon, bulk=bool(b.get("bulk")),
-                            skip=bool(b.get("skip")), cluster=tuple(b.get("cluster") or ()))
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        yield from self.job(TaskContext.get().getLocalProperty(BATCH_PROPERTY))(batches)
-
-
-def shared_property(stream: str) -> str:
-    """The local property carrying a micro-batch's job to the :class:`PassThrough` writer
-    of ``stream`` (one per stream: one event-query may archive several of its inputs).
-
-    >>> shared_property("metrics")
-    'moirae.archive.batch.metrics'
-    """
-    return f"{BATCH_PROPERTY}.{stream}"
-
-
-@dataclass(frozen=True)
-class PassThrough(StreamWriter):
-    """A :class:`StreamWriter` inside an event-query's own plan (a shared read, see
-    :mod:`archive.shared`): each partition of the source is archived as above, exactly
-    once, as its rows arrive (:func:`write_arriving`), then handed on unchanged to the
-    query's next operator, so the source is read once for both the archive and the
-    query, and both see the same tuples.
-
-    Its job comes in the local property :func:`shared_property` of the stream. A chunk
-    still missing when the rows are written (dropped by retention after the partition
-    created it) is created again, a few times, here: the batch cannot be run again by
-    the driver, since the same job also runs the query's stateful operators."""
-
-    attempts: int = 5
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        job = self.job(ctx.getLocalProperty(shared_property(self.spec.name)))
-        part = ctx.partitionId()
-        if job.skip:  # an earlier run of this micro-batch archived it: the rows only go on
-            yield from batches
-            return
-        (_, _, _, missing), received = write_arriving(job, part, batches)
-        if missing and sum(b.num_rows for b in received):
-            table = pa.Table.from_batches(received)
-            for _ in range(self.attempts):
-                missing = write_with_retry(job, part, table)[3]
-                if not missing:
-                    break
-            else:
-                raise RuntimeError(f"stream {self.spec.name!r} batch {job.batch_id} part {part}: chunks "
-                                   f"{missing} dropped again each time they were created (retention?)")
-        if self.after_commit is not None:
-            self.after_commit(job.batch_id, part)
-        yield from received
-
-
-def batch_property(batch_id: int, span_us: int, horizon: datetime | None, bulk: bool = False,
-                   skip: bool = False, cluster: tuple[str, ...] = ()) -> str:
-    """The value of :data:`BATCH_PROPERTY` for one micro-batch; ``cluster``: the stream's
-    cluster keys (:meth:`archive.archiver.Archiver.cluster_keys`).
-
-    >>> batch_property(7, 3_600_000_000, None, cluster=("sid",))
-    '{"batch_id": 7, "span_us": 3600000000, "horizon": null, "bulk": false, "skip": false, "cluster": ["sid"]}'
-    """
-    return json.dumps({"batch_id": int(batch_id), "span_us": int(span_us),
-                       "horizon": None if horizon is None else horizon.isoformat(), "bulk": bool(bulk),
-                       "skip": bool(skip), "cluster": list(cluster)})
-
-
-def write_arriving(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatch]
-                   ) -> tuple[tuple[int, int, bool, list[int]], list[pa.RecordBatch]]:
-    """Archive partition ``part`` from its Arrow batches as the JVM hands them over:
-    as they arrive when the job allows it (:mod:`archive.exec_stream`), else, or when
-    that gives up, once the last has come (:func:`write_with_retry`). Returns the
-    result (rows, dead letters, duplicate, missing chunks) and every batch received."""
-    from archive.exec_stream import streamable, write_streamed
-
-    received: list[pa.RecordBatch] = []
-    result = None
-    if streamable(job):
-        result = write_streamed(job, part, batches, received)  # None: gave up, every batch in received
-    else:
-        received = list(batches)
-    if result is None:
-        result = (0, 0, False, [])
-        if sum(b.num_rows for b in received):
-            result = write_with_retry(job, part, pa.Table.from_batches(received))
-    return result, received
 
 
 def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
@@ -270,7 +119,7 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
     spec = job.spec
     good, dead = split_arrow(table, spec)
     good = sort_by(good, job.cluster)  # see archive.contributors: BRIN then skips other keys' rows
-    conn = _connection(job.dsn, job.schema)
+    conn = worker_connection(job.dsn, job.schema)
     staged = job.span_us <= 0
     try:
         with conn.cursor() as cur:
@@ -283,23 +132,12 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
                 chunk_of = np.floor_divide(us, job.span_us)
                 unique, counts = np.unique(chunk_of, return_counts=True)
                 ids = unique.tolist()  # ascending
-                from archive.archiver import MAX_CHUNKS_PER_BATCH, BatchTooWide
-
-                if len(ids) > MAX_CHUNKS_PER_BATCH:  # each COPY'd partition is locked until commit
-                    raise BatchTooWide(f"batch {job.batch_id} of stream {spec.name!r}: partition {part} spans "
-                                       f"{len(ids)} chunks; one transaction may write at most "
-                                       f"{MAX_CHUNKS_PER_BATCH} (PostgreSQL's lock table): send smaller batches "
-                                       "or set a larger chunk interval")
-                tiers = _tiers(cur, spec.name, ids)
-                missing = [c for c in ids if c not in tiers]
+                chunk_sql.check_width(len(ids), f"batch {job.batch_id} of stream {spec.name!r}, partition {part},",
+                                      timedelta(microseconds=job.span_us))  # each COPY'd partition is locked
+                tiers, missing = _existing(conn, cur, job, ids)
                 if missing:
-                    conn.rollback()  # end the read: each creation is a transaction of its own
-                    create_missing(conn, job, missing)
-                    tiers = _tiers(cur, spec.name, ids)  # the data transaction starts here
-                    missing = [c for c in ids if c not in tiers]
-                    if missing:
-                        conn.rollback()
-                        return 0, 0, False, missing
+                    conn.rollback()
+                    return 0, 0, False, missing
                 # rows into a chunk that has left the present tier are late (M 4.1)
                 chunks = {c: [n, n if tiers[c] != "present" else 0]
                           for c, n in zip(ids, counts.tolist(), strict=True)}
@@ -310,21 +148,42 @@ def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int,
                 conn.rollback()
                 return 0, 0, True, []
             if good.num_rows:
-                batch = pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64))
-                good = good.append_column("_batch", batch)
-                types = spec.stored_columns
-                if staged:
-                    copy_binary(cur, stage_name(spec.name), [c for c, _ in types], arrow_to_copy_binary(good, types))
-                for cid, rows in ([] if staged else by_chunk(good, chunk_of, ids)):
-                    copy_binary(cur, partition_name(spec.name, cid), [c for c, _ in types],
-                                arrow_to_copy_binary(rows, types))
+                copy_rows(cur, job, good, None if staged else (chunk_of, ids))
             if dead:
                 insert_dead_letters(cur, spec.name, job.batch_id, dead)
         conn.commit()
     except BaseException:
-        _drop_connection(job.dsn, job.schema)
+        drop_worker_connection(job.dsn, job.schema)
         raise
     return good.num_rows, len(dead), False, []
+
+
+def _existing(conn, cur, job: PartitionJob, ids: list[int]) -> tuple[dict[int, str], list[int]]:
+    """The tiers of chunks ``ids`` in the catalog, creating the missing ones first
+    (:func:`create_missing`, each creation a transaction of its own); and those still
+    missing when the data transaction (begun here) reads the catalog again."""
+    tiers = catalog_tiers(cur, job.spec.name, ids)
+    missing = [c for c in ids if c not in tiers]
+    if missing:
+        conn.rollback()  # end the read: each creation is a transaction of its own
+        create_missing(conn, job, missing)
+        tiers = catalog_tiers(cur, job.spec.name, ids)  # the data transaction starts here
+        missing = [c for c in ids if c not in tiers]
+    return tiers, missing
+
+
+def copy_rows(cur, job: PartitionJob, good: pa.Table, layout: tuple[np.ndarray, list[int]] | None) -> None:
+    """COPY ``good`` (with ``_batch`` added) into each chunk's partition, ``layout`` being
+    each row's chunk and the chunks ascending; or, without a layout, into the stage."""
+    spec = job.spec
+    good = good.append_column("_batch", pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64)))
+    types = spec.stored_columns
+    columns = [c for c, _ in types]
+    if layout is None:
+        copy_binary(cur, stage_name(spec.name), columns, arrow_to_copy_binary(good, types))
+        return
+    for cid, rows in by_chunk(good, *layout):
+        copy_binary(cur, partition_name(spec.name, cid), columns, arrow_to_copy_binary(rows, types))
 
 
 def sort_by(table: pa.Table, keys: tuple[str, ...]) -> pa.Table:
@@ -344,10 +203,9 @@ def by_chunk(table: pa.Table, chunk_of: np.ndarray, chunk_ids: list[int]) -> Ite
     ``table``, whose row ``i`` falls in chunk ``chunk_of[i]``; rows keep their order.
 
     The executor COPYs each chunk's rows straight into the chunk's partition, not into the
-    stream's table: PostgreSQL then routes no tuple, which took 15-17 % of its CPU per
-    row (0.57 against 0.47-0.49 core-s per million binary-COPY'd metrics rows, checkpoint
-    included, embedded server, 2026-11-25), and PostgreSQL is what bounds the archive's
-    rate on this machine (BENCHMARKS.md, engine_jvm). Ascending chunk order also makes
+    stream's table: PostgreSQL then routes no tuple, a sizeable share of its CPU per row,
+    and PostgreSQL is what bounds the archive's rate (BENCHMARKS.md, engine_jvm).
+    Ascending chunk order also makes
     every writer lock the partitions in one order. A partition still checks its bounds,
     so a row in the wrong chunk fails rather than landing there.
 
@@ -387,7 +245,7 @@ def create_missing(conn, job: PartitionJob, chunk_ids: list[int]) -> None:
         conn.commit()
 
 
-def _tiers(cur, stream: str, chunk_ids: list[int]) -> dict[int, str]:
+def catalog_tiers(cur, stream: str, chunk_ids: list[int]) -> dict[int, str]:
     """The tier of each of ``chunk_ids`` that exists (not dropped) in the catalog."""
     cur.execute("SELECT chunk_id, tier FROM moirae_chunks WHERE stream = %s AND chunk_id = ANY(%s) "
                 "AND NOT dropped", (stream, chunk_ids))
@@ -409,7 +267,7 @@ def split_arrow(table: pa.Table, spec: StreamSpec):
             bad = pc.or_(bad, pc.fill_null(pc.match_substring(table.column(c), "\x00"), False))
     if not pc.any(bad).as_py():
         return table, []
-    bad_rows = table.filter(bad).drop_columns(["_sid"]).to_pandas(types_mapper=_NULLABLE.get)
+    bad_rows = table.filter(bad).drop_columns(["_sid"]).to_pandas(types_mapper=NULLABLE_DTYPES.get)
     again, dead = split_batch(bad_rows, spec.ts_col, spec.columns, spec.name)
     if len(again):  # split_batch accepted a NUL: let PostgreSQL decide, as the driver path does
         return table, []
@@ -421,21 +279,20 @@ _CONNECTIONS: dict[tuple[str, str | None], object] = {}  # in order of last use,
 MAX_KEPT_CONNECTIONS = 2
 
 
-def _connection(dsn: str, schema: str | None):
+def worker_connection(dsn: str, schema: str | None):
     """One connection per Python worker and database, reused across tasks (Spark keeps
     its Python workers between tasks). A worker keeps those of its last
     :data:`MAX_KEPT_CONNECTIONS` databases or schemas and closes older ones: a Spark
     session outlives an engine, and each engine with a schema of its own (a test, a
-    benchmark run, a redeploy) had left every worker one idle connection more, until
-    the server refused new clients (4 a run in the scenario's benchmark; its 29th run
-    waited 85 s on "too many clients")."""
+    benchmark run, a redeploy) would otherwise leave every worker one idle connection
+    more, until the server refused new clients."""
     key = (dsn, schema)
     conn = _CONNECTIONS.pop(key, None)
     if conn is None or conn.closed:
         conn = connect(dsn, schema)
     _CONNECTIONS[key] = conn  # the most recently used last
     while len(_CONNECTIONS) > MAX_KEPT_CONNECTIONS:
-        _drop_connection(*next(iter(_CONNECTIONS)))
+        drop_worker_connection(*next(iter(_CONNECTIONS)))
     return conn
 
 
@@ -452,7 +309,7 @@ def connect(dsn: str, schema: str | None, lock_timeout_ms: int | None = None):
     return conn
 
 
-def _drop_connection(dsn: str, schema: str | None) -> None:
+def drop_worker_connection(dsn: str, schema: str | None) -> None:
     conn = _CONNECTIONS.pop((dsn, schema), None)
     if conn is not None:
         try:

@@ -1,10 +1,8 @@
-"""A partition's rows COPYed as they arrive from the JVM (issue 11 §2), not after the last.
+"""A partition's rows COPYed as they arrive from the JVM, not after the last.
 
 :func:`archive.exec_sink.write_partition` starts writing once the whole partition has
 reached the Python worker: the JVM produces the rows, then PostgreSQL inserts them,
-one after the other. At the archive configuration's highest sustained rate on this
-2-core machine (bench/engine_jvm.py) half the machine was idle while a micro-batch took
-its whole trigger interval. Here each Arrow batch the JVM hands over (at most
+one after the other, each leaving the other's core idle. Here each Arrow batch the JVM hands over (at most
 ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) is split by chunk and COPYed into
 its chunks' partitions while the JVM produces the next, in the one data transaction of
 the partition.
@@ -15,13 +13,8 @@ is found at once and nothing is written), and updated with the counts before the
 commit. A batch reaching a chunk not in the catalog has it created on a connection of
 its own, committed at once, while the data transaction stays open
 (:func:`create_beside`): attaching a partition does not wait for the transactions
-writing the stream's other chunks. Until 2026-11-27 the streamed path gave up there
-and the whole partition was written again the other way, so PostgreSQL wrote its
-first rows twice: one batch in 30 at the shortest chunk interval and a 2-second
-trigger, and every partition of a backfill whose batches span several chunks. The
-sink of bench/archive_ingest.py (2M rows of CSV, 8 micro-batches each reaching new
-chunks) took 5.57, 5.67 and 5.17 s that way and 4.80, 4.50 and 4.50 s this way (warm
-runs, one probe, 2026-11-27).
+writing the stream's other chunks, so a partition reaching a new chunk goes on
+streaming rather than being written a second time the whole-partition way.
 
 Rows to be clustered by keys (:func:`archive.contributors.cluster_by`) are sorted and
 COPYed a block of at least :data:`CLUSTER_BLOCK_ROWS` rows at a time (:func:`blocks`),
@@ -43,19 +36,19 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-from archive.copy import arrow_to_copy_binary, copy_binary
+from archive import chunks as chunk_sql
 from archive.exec_sink import (
     PartitionJob,
-    _connection,
-    _drop_connection,
-    _tiers,
-    by_chunk,
+    catalog_tiers,
     connect,
+    copy_rows,
     create_missing,
+    drop_worker_connection,
     sort_by,
     split_arrow,
+    worker_connection,
+    write_with_retry,
 )
-from archive.names import partition_name
 from archive.validate import insert_dead_letters
 
 
@@ -68,13 +61,9 @@ CLUSTER_BLOCK_ROWS = 200_000
 """Rows of a clustered stream's partition sorted and COPYed at a time (whole arriving
 batches, at least this many). With 1000 keys a block holds about 200 rows of each key,
 1.6 heap pages, so a BRIN range (32 pages) holds about 20 keys and a read of one key
-reads one or two ranges of each block. Until 2026-11-27 the whole partition was sorted
-and COPYed once it had all arrived: in bench/engine_jvm.py's provenance configuration
-at 640,000 rows/s (a shared read: each partition of 640,000 rows COPYed inside the
-event-query's stage), 60-s runs alternating the two gave 1.30, 1.09 and 1.22 s of
-stage time a batch that way against 1.08, 1.06 and 1.14 s in blocks. The window reads
-took 1.37 s in the one block run whose phases were printed, against 1.14 and 1.56 s in
-two whole-partition runs."""
+reads one or two ranges of each block. Writing blocks as they arrive, rather than
+sorting the whole partition once it has arrived, keeps the COPY beside the JVM's work
+(BENCHMARKS.md, engine_jvm's provenance configuration)."""
 
 
 def blocks(job: PartitionJob, batches: Iterator[pa.RecordBatch], received: list[pa.RecordBatch],
@@ -113,18 +102,15 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
     ``received``; the result as :func:`archive.exec_sink.write_partition` gives it, or
     None when it gave up (nothing written, ``batches`` drained into ``received``): the
     caller then writes ``received`` the whole-partition way."""
-    from archive.archiver import MAX_CHUNKS_PER_BATCH
     from archive.pg import is_connection_lost
 
     spec = job.spec
-    types = spec.stored_columns
-    columns = [c for c, _ in types]
     tiers: dict[int, str] = {}
     counts: dict[int, list[int]] = {}  # chunk -> [rows, late rows]
     dead_letters: list = []
     rows, max_us, opened = 0, None, False
     try:
-        conn = _connection(job.dsn, job.schema)  # unreachable: the whole way retries, as below
+        conn = worker_connection(job.dsn, job.schema)  # unreachable: the whole way retries, as below
         with conn.cursor() as cur:
             for block in blocks(job, batches, received, CLUSTER_BLOCK_ROWS):
                 good, dead = split_arrow(block, spec)
@@ -138,27 +124,15 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
                 ids, n = np.unique(chunk_of, return_counts=True)
                 ids = ids.tolist()
                 new = [c for c in ids if c not in tiers]
-                if new:
-                    if len(tiers) + len(new) > MAX_CHUNKS_PER_BATCH:
-                        return _give_up(conn, batches, received)
-                    tiers.update(_tiers(cur, spec.name, new))
-                    missing = [c for c in new if c not in tiers]
-                    if missing and create_beside(job, missing):
-                        tiers.update(_tiers(cur, spec.name, missing))  # read committed: sees them now
-                    if any(c not in tiers for c in new):
-                        return _give_up(conn, batches, received)
+                if new and not _reach(cur, job, tiers, new):
+                    return _give_up(conn, batches, received)
                 if not opened:
-                    cur.execute("INSERT INTO moirae_batch_parts (stream, batch_id, part, rows, dead_letters, chunks) "
-                                "VALUES (%s, %s, %s, 0, 0, '{}') ON CONFLICT DO NOTHING RETURNING part",
-                                (spec.name, job.batch_id, part))
-                    if cur.fetchone() is None:  # written before (a replay, a retried task)
+                    if not _open_part(cur, job, part):  # written before (a replay, a retried task)
                         conn.rollback()
                         received.extend(batches)
                         return 0, 0, True, []
                     opened = True
-                good = good.append_column("_batch", pa.array(np.full(good.num_rows, job.batch_id, dtype=np.int64)))
-                for cid, sub in by_chunk(good, chunk_of, ids):
-                    copy_binary(cur, partition_name(spec.name, cid), columns, arrow_to_copy_binary(sub, types))
+                copy_rows(cur, job, good, (chunk_of, ids))
                 for cid, k in zip(ids, n.tolist(), strict=True):
                     c = counts.setdefault(cid, [0, 0])
                     c[0] += k
@@ -166,20 +140,48 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
                 rows += good.num_rows
             if not opened:  # no row to write (empty, or all dead letters): the whole way records it
                 return _give_up(conn, batches, received)
-            cur.execute("UPDATE moirae_batch_parts SET rows = %s, dead_letters = %s, chunks = %s, max_us = %s "
-                        "WHERE stream = %s AND batch_id = %s AND part = %s",
-                        (rows, len(dead_letters), json.dumps({str(c): v for c, v in sorted(counts.items())}),
-                         max_us, spec.name, job.batch_id, part))
-            if dead_letters:
-                insert_dead_letters(cur, spec.name, job.batch_id, dead_letters)
+            _close_part(cur, job, part, rows, dead_letters, counts, max_us)
         conn.commit()
     except BaseException as exc:
-        _drop_connection(job.dsn, job.schema)
+        drop_worker_connection(job.dsn, job.schema)
         if isinstance(exc, Exception) and is_connection_lost(exc):  # the whole way retries it
             received.extend(batches)
             return None
         raise
     return rows, len(dead_letters), False, []
+
+
+def _reach(cur, job: PartitionJob, tiers: dict[int, str], new: list[int]) -> bool:
+    """Add the tiers of chunks ``new`` to ``tiers``, creating the missing ones beside the
+    open data transaction (:func:`create_beside`); False when the partition must give
+    up: more chunks than one transaction may lock, or a chunk not created in time."""
+    if len(tiers) + len(new) > chunk_sql.MAX_CHUNKS_PER_BATCH:
+        return False
+    tiers.update(catalog_tiers(cur, job.spec.name, new))
+    missing = [c for c in new if c not in tiers]
+    if missing and create_beside(job, missing):
+        tiers.update(catalog_tiers(cur, job.spec.name, missing))  # read committed: sees them now
+    return all(c in tiers for c in new)
+
+
+def _open_part(cur, job: PartitionJob, part: int) -> bool:
+    """Insert the partition's ``moirae_batch_parts`` row before its first row; False when
+    the partition was written before (nothing is to be written)."""
+    cur.execute("INSERT INTO moirae_batch_parts (stream, batch_id, part, rows, dead_letters, chunks) "
+                "VALUES (%s, %s, %s, 0, 0, '{}') ON CONFLICT DO NOTHING RETURNING part",
+                (job.spec.name, job.batch_id, part))
+    return cur.fetchone() is not None
+
+
+def _close_part(cur, job: PartitionJob, part: int, rows: int, dead_letters: list, counts: dict[int, list[int]],
+                max_us: int | None) -> None:
+    """Record the partition's counts in its ``moirae_batch_parts`` row, and its dead letters."""
+    cur.execute("UPDATE moirae_batch_parts SET rows = %s, dead_letters = %s, chunks = %s, max_us = %s "
+                "WHERE stream = %s AND batch_id = %s AND part = %s",
+                (rows, len(dead_letters), json.dumps({str(c): v for c, v in sorted(counts.items())}),
+                 max_us, job.spec.name, job.batch_id, part))
+    if dead_letters:
+        insert_dead_letters(cur, job.spec.name, job.batch_id, dead_letters)
 
 
 #: how long creating chunks beside an open data transaction waits for a lock (ms)
@@ -216,3 +218,22 @@ def _give_up(conn, batches: Iterator[pa.RecordBatch], received: list[pa.RecordBa
     conn.rollback()
     received.extend(batches)
     return None
+
+
+def write_arriving(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatch]
+                   ) -> tuple[tuple[int, int, bool, list[int]], list[pa.RecordBatch]]:
+    """Archive partition ``part`` from its Arrow batches as the JVM hands them over:
+    as they arrive when the job allows it (:func:`write_streamed`), else, or when
+    that gives up, once the last has come (:func:`archive.exec_sink.write_with_retry`). Returns the
+    result (rows, dead letters, duplicate, missing chunks) and every batch received."""
+    received: list[pa.RecordBatch] = []
+    result = None
+    if streamable(job):
+        result = write_streamed(job, part, batches, received)  # None: gave up, every batch in received
+    else:
+        received = list(batches)
+    if result is None:
+        result = (0, 0, False, [])
+        if sum(b.num_rows for b in received):
+            result = write_with_retry(job, part, pa.Table.from_batches(received))
+    return result, received

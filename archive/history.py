@@ -1,4 +1,4 @@
-"""One history-query over one chunk, safely (M 4.3; DESIGN.md §6 "History-queries").
+"""One history-query over one chunk, safely (M 4.3).
 
 A template is parsed with sqlglot and must be a single read-only SELECT over registered
 streams. Event attributes are ``:name`` placeholders and are always bound by the driver,
@@ -13,7 +13,7 @@ import functools
 import re
 from collections.abc import Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import psycopg2
@@ -22,16 +22,20 @@ import sqlglot
 from sqlglot import exp
 
 from archive import history_plan
-from archive.abc import (
-    ArchiveError,
-    HistoryQuery,
+from archive.abc import HistoryQuery
+from archive.chunks import task_grid
+from archive.errors import (
     HistoryQueryCancelled,
+    HistoryQueryFailed,
     HistoryQueryTimeout,
     MissingParameter,
     UnsafeQuery,
 )
 from archive.names import quote
 from archive.pg import is_connection_lost
+
+if TYPE_CHECKING:
+    from archive.catalog import Catalog
 
 # Statement kinds that must never appear anywhere inside a history-query.
 _FORBIDDEN = tuple(getattr(exp, n) for n in (
@@ -50,10 +54,6 @@ _DENIED_FUNCTIONS = {
 }
 
 
-class HistoryQueryFailed(ArchiveError, RuntimeError):
-    """PostgreSQL refused or failed a history-query; the message carries its error."""
-
-
 def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
     """Validate ``sql`` and describe it. Raises :class:`UnsafeQuery` naming the problem.
 
@@ -63,7 +63,7 @@ def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
     >>> prepare("DELETE FROM metrics", {"metrics"})
     Traceback (most recent call last):
     ...
-    archive.abc.UnsafeQuery: history-query must be a single SELECT, got DELETE: 'DELETE FROM metrics'
+    archive.errors.UnsafeQuery: history-query must be a single SELECT, got DELETE: 'DELETE FROM metrics'
     """
     tree = _parse(sql)
     streams = []
@@ -149,16 +149,18 @@ def render(sql: str, ts_cols: tuple[tuple[str, str], ...]) -> str:
     return re.sub(r'"?__moirae_param_(\w+?)_end__"?', lambda m: f"%({m.group(1)})s", text)
 
 
-def run(archiver, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
+def run(catalog: Catalog, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
         conn: Any = None, timeout_ms: int | None = None) -> pd.DataFrame:
+    """Run ``query`` over task interval ``chunk_id`` (the contract of
+    :meth:`archive.abc.ChunkStore.run_history_query`)."""
     missing = [p for p in query.params if p not in params]
     if missing:
         raise MissingParameter(f"history-query needs a value for :{missing[0]} (given: {sorted(params)})")
-    ts_cols = tuple((s, archiver.stream(s).ts_col) for s in query.streams)
-    lo, hi = archiver.grid_for(query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
-    text = history_plan.plan_settings(archiver, query.streams, query.template) + render(query.template, ts_cols)
+    ts_cols = tuple((s, catalog.stream(s).ts_col) for s in query.streams)
+    lo, hi = task_grid(catalog, query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
+    text = history_plan.plan_settings(catalog, query.streams, query.template) + render(query.template, ts_cols)
     bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
-    names, _types, rows = read_only(archiver, text, bound, f"history-query over chunk {chunk_id}",
+    names, _types, rows = read_only(catalog, text, bound, f"history-query over chunk {chunk_id}",
                                     query.template, conn, timeout_ms)
     return pd.DataFrame(rows, columns=names)
 
@@ -185,15 +187,15 @@ def read_only_errors(conn, cur, what: str, timeout_message: str):
     cur.execute("ROLLBACK")
 
 
-def read_only(archiver, text: str, bound: Mapping[str, Any], what: str, template: str, conn: Any = None,
+def read_only(catalog: Catalog, text: str, bound: Mapping[str, Any], what: str, template: str, conn: Any = None,
               timeout_ms: int | None = None) -> tuple[list[str], list[int], list[tuple]]:
     """Run rendered ``text`` with ``bound`` parameters in a READ ONLY transaction under a
     statement timeout; returns the column names, their PostgreSQL type OIDs and the rows.
     Errors name ``what`` (and ``template`` on a timeout)."""
     if conn is None:  # a pooled connection (archive.pool): no server process started per query
-        with archiver.db.connection() as own:
-            return read_only(archiver, text, bound, what, template, own, timeout_ms)
-    timeout = int(timeout_ms or archiver.settings.statement_timeout_ms)
+        with catalog.db.connection() as own:
+            return read_only(catalog, text, bound, what, template, own, timeout_ms)
+    timeout = int(timeout_ms or catalog.settings.statement_timeout_ms)
     conn.autocommit = True
     with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms: {template!r}"):
         # one round trip for BEGIN, the settings and the query (PostgreSQL >= 13 applies
@@ -202,7 +204,7 @@ def read_only(archiver, text: str, bound: Mapping[str, Any], what: str, template
         cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
                     "SET LOCAL max_parallel_workers_per_gather = %(__moirae_workers)s; " + text,
                     {**bound, "__moirae_timeout": timeout,
-                     "__moirae_workers": archiver.settings.history_parallel_workers})
+                     "__moirae_workers": catalog.settings.history_parallel_workers})
         names = [d.name for d in cur.description]
         types = [d.type_code for d in cur.description]
         rows = cur.fetchall()

@@ -1,16 +1,13 @@
-"""How PostgreSQL plans one history-query over one chunk (M 4.3, 4.4; issue 11).
+"""How PostgreSQL plans one history-query over one chunk (M 4.3, 4.4).
 
 Two settings go with every history-query, in its own transaction (``SET LOCAL``):
 
 - **No parallel workers** unless ``archive.history_parallel_workers`` allows them. The
   Recall Manager runs at most N history-queries at once (``recall.max_concurrent``, M 4.4):
   that N is what bounds the history's share of the database, beside the live path's
-  COPYs. PostgreSQL's default starts up to 2 workers per query, so N = 4 queries were up
-  to 12 processes. On the 2-core machine, with the full engine at 256,000 rows/s, the
-  database's active processes were mostly history-queries' parallel workers (1,785 of
-  3,300 samples in 3 minutes) and the engine fell further behind with each alert; a
-  13M-row chunk's seq scan took 1.9 s alone and 4.5 s planned parallel when the other
-  queries held the workers.
+  COPYs. PostgreSQL's default starts up to 2 workers per query, so N = 4 queries would
+  be up to 12 processes, taking the cores the live path needs, and a query planned
+  parallel runs slower than alone when the other queries hold the workers.
 - **The index, not a seq scan, for a key the rows are clustered by.** A stream an
   event-query windows by key has its rows written sorted by that key in each chunk of
   each block of a micro-batch partition (or append), under a BRIN index on (event time, keys)
@@ -19,11 +16,11 @@ Two settings go with every history-query, in its own transaction (``SET LOCAL``)
   no statistics at all (autovacuum leaves it alone); so the planner scans whole chunks.
   For a template that pins every stream it reads to one value of such a key
   (``h.sid = :sid``, or ``IN`` a list of values, as a top-level ``AND`` term of its
-  ``WHERE``), every chunk is read with ``enable_seqscan = off``: on a 13M-row present
-  chunk 29 ms through the BRIN index against 1.9 s by seq scan. A recent chunk's B-tree
-  indexes stay open to the planner, which picks between them and the BRIN index by cost.
-  Only then: a template reading the whole chunk ran 2x slower through the index (7.3
-  against 3.7 s), and so would a pinned read of a chunk with the index whose rows were
+  ``WHERE``), every chunk is read with ``enable_seqscan = off``: through the BRIN index
+  it reads the key's ranges only. A recent chunk's B-tree indexes stay open to the
+  planner, which picks between them and the BRIN index by cost. Only then: a template
+  reading the whole chunk runs slower through the index than by seq scan, and so would
+  a pinned read of a chunk with the index whose rows were
   written before the stream was clustered (the present chunks of that moment; chunks
   older than the index do not have it, and are scanned as before). ``jit`` is off with
   it: the planner's cost of such a read still assumes the whole chunk.
@@ -109,9 +106,11 @@ def _pinned(term: exp.Expression) -> exp.Column | None:
     return None
 
 
-def plan_settings(archiver, streams: tuple[str, ...], template: str) -> str:
+def plan_settings(catalog, streams: tuple[str, ...], template: str) -> str:
     """The ``SET LOCAL`` statements (module doc) for ``template`` over ``streams``: the
-    index for a clustered key when every stream is pinned by one of its cluster keys."""
+    index for a clustered key when every stream is pinned by one of its cluster keys
+    (``catalog``: the archive's :class:`~archive.catalog.Catalog`, or anything that
+    tells a stream's ``cluster_keys``)."""
     pinned = pinned_columns(template)
-    keyed = all(pinned.get(s, frozenset()) & set(archiver.cluster_keys(s)) for s in streams)
+    keyed = all(pinned.get(s, frozenset()) & set(catalog.cluster_keys(s)) for s in streams)
     return "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; " if streams and keyed else ""

@@ -1,4 +1,6 @@
-"""Deterministic source ids (DESIGN.md §3, A 5: ids based on the tuple's attributes).
+"""Deterministic source ids (A 5: ids based on the tuple's attributes): the one
+definition, in Python (:func:`source_ids`) and as a Spark expression
+(:func:`spark_source_id`, which :func:`ananke.ids.source_id_col` uses too).
 
 ``source_id = xxhash64(stream, ts, payload...)`` with Spark's semantics (seed 42, each
 column's hash seeding the next, nulls skipped, timestamps as epoch microseconds, doubles
@@ -128,8 +130,9 @@ def source_ids_reference(stream: str, frame: pd.DataFrame, columns: Sequence[tup
 
 
 def spark_source_id(stream: str, columns: Sequence[str]):
-    """The same id as a Spark column expression (columns: event time first, then payload,
-    already cast to the archive's types)."""
+    """The same id as a Spark column expression: ``xxhash64(stream, *columns)``, with
+    ``columns`` the event time first, then the payload, already cast to the archive's
+    types. Equal to :func:`source_ids` on the same rows (tests/archive/test_ids.py)."""
     from pyspark.sql import functions as F
 
     return F.xxhash64(F.lit(stream), *[F.col(c) for c in columns])

@@ -1,4 +1,4 @@
-"""Which of a stream's BRIN time indexes a live process reads through (issue 11).
+"""Which of a stream's BRIN time indexes a live process reads through.
 
 :func:`archive.contributors.ensure_time_index` keeps one BRIN index per stream, on the
 event time and the keys the stream's rows are clustered by, and drops the stream's other

@@ -8,6 +8,9 @@ deletes replica rows of the keys it writes, :func:`supersede`), and records the 
 on the raw chunks it was computed from, in the chunk catalog. So a re-run replaces, an
 interrupted run leaves each chunk either wholly old or wholly new, and ``--resume``
 knows which raw chunks are done.
+
+The functions taking ``arch`` use the public surface of an
+:class:`~archive.archiver.Archiver`: its ``catalog``, ``present`` cache and ``db``.
 """
 
 from __future__ import annotations
@@ -17,18 +20,15 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from archive import simindex
+from archive import chunks, simindex
+from archive.catalog import has_partition
 from archive.copy import copy_binary, frame_to_copy_binary
+from archive.errors import MaterializationError
 from archive.ids import source_ids
 from archive.names import partition_name, quote
 from archive.validate import split_batch
-from moirae.base.errors import MoiraeError
 
 MATERIALIZED = -1
-
-
-class MaterializationError(MoiraeError, ValueError):
-    """Replica output that does not fit its stream or its chunk."""
 
 
 def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFrame, key: str | None,
@@ -40,14 +40,15 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
     the raw ``(stream, chunk_id)`` the rows were computed from; each gets ``tag`` in its
     catalog ``materialized`` list. Returns the number of rows written.
     """
-    spec = arch.stream(stream)
+    catalog = arch.catalog
+    spec = catalog.stream(stream)
     good, dead = split_batch(frame, spec.ts_col, spec.columns, stream)
     if dead:
         raise MaterializationError(f"replica output for {stream!r} chunk {chunk_id} has a malformed row: "
                                    f"{dead[0].reason} ({dead[0].row})")
     if len(good):
         us = good[spec.ts_col].astype("int64").to_numpy()
-        outside = np.floor_divide(us, arch.grid_of(stream).span_us) != chunk_id
+        outside = np.floor_divide(us, catalog.grid_of(stream).span_us) != chunk_id
         if outside.any():
             bad = good[spec.ts_col][outside].iloc[0]
             raise MaterializationError(f"replica output for {stream!r} chunk {chunk_id} has a row at {bad}, "
@@ -55,9 +56,9 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
         good["_sid"] = source_ids(stream, good, spec.id_columns)
         good["_batch"] = np.int64(MATERIALIZED)
     part = quote(partition_name(stream, chunk_id))
-    with arch._conn() as conn, conn.cursor() as cur:
+    with catalog.transaction() as conn, conn.cursor() as cur:
         lock_chunk(cur, stream, chunk_id)
-        exists = arch._has_partition(cur, stream, chunk_id)
+        exists = has_partition(cur, partition_name(stream, chunk_id))
         deleted = 0
         if exists:
             cur.execute(f"DELETE FROM {part} WHERE _batch = %s", (MATERIALIZED,))
@@ -68,7 +69,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
                 good = good[~good[key].astype(str).isin(live)]
         if len(good):
             if not exists:
-                arch._ensure_chunks(cur, spec, [chunk_id], True)
+                chunks.create_in(catalog, cur, spec, [chunk_id], True)
             types = spec.stored_columns
             cols = [c for c, _ in types]
             copy_binary(cur, stream, cols, frame_to_copy_binary(good, types))
@@ -77,7 +78,7 @@ def replace_materialization(arch, stream: str, chunk_id: int, frame: pd.DataFram
                         (deleted, len(good), stream, chunk_id))
         _tag(cur, sources, tag)
     arch.present.invalidate(stream, chunk_id)
-    simindex.invalidate(arch, stream, [chunk_id])  # re-materialized: the chunk's similarity index is stale
+    simindex.invalidate(catalog.db, stream, [chunk_id])  # re-materialized: the chunk's similarity index is stale
     return len(good)
 
 
@@ -118,7 +119,7 @@ def tag_sources(arch, sources: Iterable[tuple[str, int]], tag: str) -> None:
     sources = list(sources)
     if not sources:
         return
-    with arch._conn() as conn, conn.cursor() as cur:
+    with arch.catalog.transaction() as conn, conn.cursor() as cur:
         _tag(cur, sources, tag)
 
 

@@ -10,22 +10,18 @@ every identifier that reaches SQL text goes through :func:`quote` after validati
 >>> check_stream_name("Bad-Name")
 Traceback (most recent call last):
 ...
-archive.names.BadName: stream name must match [a-z][a-z0-9_]{0,39} (got 'Bad-Name')
+archive.errors.BadName: stream name must match [a-z][a-z0-9_]{0,39} (got 'Bad-Name')
 """
 
 from __future__ import annotations
 
 import re
 
-from moirae.base.errors import MoiraeError
+from archive.errors import BadName
 
 _STREAM = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 _COLUMN = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 RESERVED_COLUMNS = ("_sid", "_batch")
-
-
-class BadName(MoiraeError, ValueError):
-    """A stream or column name that cannot be a SQL identifier here."""
 
 
 def check_stream_name(name: str) -> str:

@@ -1,7 +1,7 @@
 """Where the archive lives: an embedded PostgreSQL (``pgserver``) or an external one.
 
 By default the engine starts an embedded server under its data directory and reuses it
-across runs; ``MOIRAE_PG_DSN`` points it at any reachable server instead (DESIGN.md §5).
+across runs; ``MOIRAE_PG_DSN`` points it at any reachable server instead.
 A :class:`Database` may be confined to one schema, which is how tests and benchmarks
 share one server without seeing each other's tables.
 """
@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 import psycopg2
 import psycopg2.extensions
 
+from archive.errors import DatabaseUnavailable
 from archive.pool import IdlePool
-from moirae.base.errors import MoiraeError
+from archive.schema import OUTAGES_DDL
 
 ENV_DSN = "MOIRAE_PG_DSN"
 ENV_RETRY = "MOIRAE_PG_RETRY_SECONDS"
@@ -34,10 +35,6 @@ DEFAULT_RETRY_SECONDS = 120.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-
-
-class DatabaseUnavailable(MoiraeError, ConnectionError):
-    """The configured PostgreSQL cannot be reached or started."""
 
 
 def is_connection_lost(exc: BaseException) -> bool:
@@ -107,8 +104,6 @@ def health(dsn: str) -> Health:
         return _HEALTH.setdefault(dsn, Health())
 
 
-OUTAGES_DDL = ("CREATE TABLE IF NOT EXISTS moirae_outages (id bigserial PRIMARY KEY, start_ts timestamptz NOT NULL, "
-               "end_ts timestamptz NOT NULL, retries int NOT NULL, during text, last_error text)")
 
 
 def embedded_dsn(data_dir: str | os.PathLike) -> str:

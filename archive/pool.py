@@ -1,14 +1,10 @@
 """Idle PostgreSQL connections kept for the next short unit of work.
 
 A new connection costs a server process (fork, authentication, and cold catalog caches
-that its first queries over a partitioned archive fill again), about 5-10 ms here, and
-the engine's short units of work are many: each batch of events reads three
-context-queries, records incidents, reads resolutions. Connecting anew for each of them
-was measured in the cluster scenario at full speed (48 h of live data, 2 cores): the
-driver spent its time in ``psycopg2.connect`` (py-spy), and 6-7 core-seconds of the run
-went to processes too short-lived to sample (the server processes of those
-connections); with the pool that fell to 3, and the event worker's contexts took
-2.0-2.4 s instead of 2.7-4.7 s.
+that its first queries over a partitioned archive fill again), and the engine's short
+units of work are many: each batch of events reads three context-queries, records
+incidents, reads resolutions. Connecting anew for each of them would spend the driver's
+time in ``psycopg2.connect`` and the server's in short-lived processes.
 
 :class:`IdlePool` keeps up to ``keep`` connections that ended their work cleanly: no
 transaction open (so no ``SET LOCAL`` or transaction lock outlives its user; session

@@ -19,7 +19,7 @@ class ArchiveSettings:
     ``history_parallel_workers``: PostgreSQL parallel workers one history-query may start
     (:mod:`archive.history_plan`).
 
-    Chunk intervals are per stream (issue 12; see :mod:`archive.chunks`): a stream named
+    Chunk intervals are per stream (see :mod:`archive.chunks`): a stream named
     in ``chunk_intervals`` gets that interval; otherwise, with ``chunk_target_rows`` set,
     a raw stream's interval is chosen from the rate of its first batch so that a chunk
     holds about that many rows (rounded down to a calendar-friendly step); otherwise it

@@ -1,4 +1,4 @@
-"""A source read once, for its archive and for the event-query that reads it (issue 11 §2).
+"""A source read once, for its archive and for the event-query that reads it.
 
 Normally each source has a streaming query of its own that archives it (M 4.1,
 :mod:`archive.spark_sink`), and an event-query reads the source again. Two reads cost
@@ -8,7 +8,7 @@ different tuples: the event-query's provenance then names tuples the archive nev
 held.
 
 A *shared read* puts the archive's partition writers inside the event-query's plan:
-the source, cast to the archive's layout, goes through :class:`archive.exec_sink.PassThrough`
+the source, cast to the archive's layout, goes through :class:`archive.exec_udf.PassThrough`
 (each partition COPYs its rows, exactly once, and hands them on), then on to the
 query. Spark runs the whole plan in the one job the event-query's ``foreachBatch``
 starts, so by the time that job returns the batch's rows are in the archive, and the
@@ -22,7 +22,7 @@ another owner. The choice of owner is kept beside the source's checkpoint
 (:func:`claim`), so a restart archives the source the same way: a source switched from
 one reader to another mid-stream would lose or repeat what the two had read apart.
 
-A stream's chunk interval is chosen from the rate of its first batch (issue 12), and the
+A stream's chunk interval is chosen from the rate of its first batch, and the
 partitions of a shared read write their rows as the query reads them, before anyone has
 seen the batch. So until the interval is fixed, the partitions COPY their rows into the
 stream's stage table (:func:`archive.names.stage_name`), exactly once as ever; the driver
@@ -42,8 +42,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from archive.abc import AppendResult
-from archive.exec_sink import PassThrough, batch_property, shared_property
+from archive.exec_udf import EXECUTOR_DSN_ENV, PassThrough, batch_property, shared_property
 from archive.names import quote, stage_name
+from archive.schema import stage_table_ddl
 
 MARKER = "archived_by"
 """The file, in a source's checkpoint directory, naming the event-query that archives it."""
@@ -99,8 +100,6 @@ class SharedArchive:
 
     def __init__(self, archiver, stream: str, owner: str, executor_dsn: str | None = None,
                  after_part=None) -> None:
-        from archive.spark_sink import EXECUTOR_DSN_ENV
-
         self.archiver = archiver
         self.stream = stream
         self.owner = owner
@@ -154,10 +153,9 @@ class SharedArchive:
 
     def _ensure_stage(self) -> None:
         spec = self.archiver.stream(self.stream)
-        cols = ", ".join(quote(c) for c in ["_sid", "_batch", *(c for c, _ in spec.id_columns)])
+        cols = ["_sid", "_batch", *(c for c, _ in spec.id_columns)]
         with self.archiver.db.connection() as conn, conn.cursor() as cur:
-            cur.execute(f"CREATE TABLE IF NOT EXISTS {quote(stage_name(self.stream))} AS "
-                        f"SELECT {cols} FROM {quote(self.stream)} WITH NO DATA")
+            cur.execute(stage_table_ddl(self.stream, cols))
 
     def _commit_staged(self, bid: int) -> AppendResult:
         """Archive the staged batch ``bid`` through the Archiver's own append (the interval

@@ -1,5 +1,5 @@
 """The persisted similarity index of each chunk, and the vocabulary its term ids number
-(issue 10 §1; M 3.5 "computed once and stored with the context").
+(M 3.5 "computed once and stored with the context").
 
 Two side tables, next to the archive in the same schema:
 
@@ -17,8 +17,11 @@ memory caches), so both copies of an index go exactly when its rows change.
 :func:`ready` is the other direction: it tells every in-process :func:`listen_ready`
 listener that chunks of a stream have just become final (demoted out of the present
 tier, :func:`archive.tiers.demote`; or rewritten by a materialization), so their indexes
-can be built and persisted ahead of any event (issue 10 §1; M 4.2 "Moirae can optionally
-index the resulting materialized views"). It does no I/O and never raises.
+can be built and persisted ahead of any event (M 4.2 "Moirae can optionally index the
+resulting materialized views"). It does no I/O and never raises.
+
+The tables' DDL is :data:`archive.schema.SIMINDEX_DDL`; they are created on first use.
+Everything here takes the archive's :class:`~archive.pg.Database`.
 """
 
 from __future__ import annotations
@@ -30,25 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-DDL = """
-CREATE TABLE IF NOT EXISTS moirae_simindex (
-    operator  text NOT NULL,
-    chunk_id  bigint NOT NULL,
-    streams   text[] NOT NULL,
-    contexts  bigint NOT NULL,
-    blob      bytea NOT NULL,
-    built_at  timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (operator, chunk_id)
-);
--- blobs are already dense arrays: storing them uncompressed saves a slow pglz pass per write
-ALTER TABLE moirae_simindex ALTER COLUMN blob SET STORAGE EXTERNAL;
-CREATE TABLE IF NOT EXISTS moirae_simvocab (
-    operator  text NOT NULL,
-    col       int NOT NULL,
-    term      text NOT NULL,
-    PRIMARY KEY (operator, col)
-);
-"""
+from archive.schema import SIMINDEX_DDL
 
 _TEXT_OID = 25
 
@@ -122,11 +107,12 @@ def ensure(cur) -> None:
     cur.execute("SELECT to_regclass('moirae_simindex') IS NOT NULL AND to_regclass('moirae_simvocab') IS NOT NULL")
     if not cur.fetchone()[0]:
         cur.execute("SELECT pg_advisory_xact_lock(hashtext('moirae_simindex'))")
-        cur.execute(DDL)
+        cur.execute(SIMINDEX_DDL)
 
 
-def invalidate(arch, stream: str, chunk_ids: Iterable[int]) -> int:
-    """Forget the index of ``stream``'s chunks ``chunk_ids`` (persisted and in memory)."""
+def invalidate(db, stream: str, chunk_ids: Iterable[int]) -> int:
+    """Forget the index of ``stream``'s chunks ``chunk_ids`` (persisted in ``db`` and in
+    memory); returns how many persisted entries were deleted."""
     ids = sorted({int(c) for c in chunk_ids})
     if not ids:
         return 0
@@ -134,7 +120,7 @@ def invalidate(arch, stream: str, chunk_ids: Iterable[int]) -> int:
         listeners = list(_listeners)
     for fn in listeners:
         fn(stream, ids)
-    with arch._conn() as conn, conn.cursor() as cur:
+    with db.connection(autocommit=False) as conn, conn.cursor() as cur:
         cur.execute("SELECT to_regclass('moirae_simindex') IS NOT NULL")
         if not cur.fetchone()[0]:
             return 0
@@ -143,16 +129,20 @@ def invalidate(arch, stream: str, chunk_ids: Iterable[int]) -> int:
 
 
 class IndexStore:
-    """Read and write one operator's persisted chunk indexes and vocabulary."""
+    """Read and write one operator's persisted chunk indexes and vocabulary in ``db`` (a
+    :class:`~archive.pg.Database`; the tables are created if missing)."""
 
-    def __init__(self, arch, operator: str) -> None:
-        self.arch, self.operator = arch, operator
-        with arch._conn() as conn, conn.cursor() as cur:
+    def __init__(self, db, operator: str) -> None:
+        self.db, self.operator = db, operator
+        with self._tx() as conn, conn.cursor() as cur:
             ensure(cur)
         self.saved_terms = 0  # vocabulary columns known to be persisted
 
+    def _tx(self):
+        return self.db.connection(autocommit=False)
+
     def load(self, chunk_id: int) -> bytes | None:
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             cur.execute("SELECT blob FROM moirae_simindex WHERE operator = %s AND chunk_id = %s",
                         (self.operator, int(chunk_id)))
             row = cur.fetchone()
@@ -178,7 +168,7 @@ class IndexStore:
                f"AND tier = 'present' AND NOT dropped), {what}")
         args = (int(chunk_id), list(streams), self.operator, int(chunk_id))
         if conn is None:
-            with self.arch._conn() as own, own.cursor() as cur:
+            with self._tx() as own, own.cursor() as cur:
                 cur.execute(sql, args)
                 return cur.fetchone()
         conn.autocommit = True
@@ -188,14 +178,14 @@ class IndexStore:
 
     def delete(self, chunk_id: int) -> None:
         """Forget this operator's entry of one chunk (a build that raced an invalidation)."""
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM moirae_simindex WHERE operator = %s AND chunk_id = %s",
                         (self.operator, int(chunk_id)))
 
     def save(self, chunk_id: int, streams: Sequence[str], contexts: int, blob: bytes, terms: Sequence[str]) -> None:
         """Store one chunk's blob; ``terms`` is the whole vocabulary it may use (the
         columns not yet persisted are appended first, in the same transaction)."""
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             # An index is derived data: if a crash loses this commit, the chunk is built again
             # on use. Not waiting for the WAL flush keeps a background build from idling on it.
             cur.execute("SET LOCAL synchronous_commit = off")
@@ -214,7 +204,7 @@ class IndexStore:
 
     def vocabulary(self) -> list[str]:
         """The persisted terms in column order (a gap means a broken table: refused)."""
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             cur.execute("SELECT col, term FROM moirae_simvocab WHERE operator = %s ORDER BY col", (self.operator,))
             rows = cur.fetchall()
         if any(c != i for i, (c, _) in enumerate(rows)):
@@ -224,19 +214,19 @@ class IndexStore:
 
     def clear(self) -> None:
         """Drop every index and the vocabulary of this operator (they disagree with its statistics)."""
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             cur.execute("DELETE FROM moirae_simindex WHERE operator = %s", (self.operator,))
             cur.execute("DELETE FROM moirae_simvocab WHERE operator = %s", (self.operator,))
         self.saved_terms = 0
 
     def chunk_ids(self) -> list[int]:
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             cur.execute("SELECT chunk_id FROM moirae_simindex WHERE operator = %s ORDER BY chunk_id", (self.operator,))
             return [int(r[0]) for r in cur.fetchall()]
 
     def sealed(self, chunk_id: int, streams: Sequence[str]) -> bool:
         """True when no stream of ``streams`` holds chunk ``chunk_id`` in the present tier."""
-        with self.arch._conn() as conn, conn.cursor() as cur:
+        with self._tx() as conn, conn.cursor() as cur:
             cur.execute("SELECT count(*) FROM moirae_chunks WHERE chunk_id = %s AND stream = ANY(%s) "
                         "AND tier = 'present' AND NOT dropped", (int(chunk_id), list(streams)))
             return cur.fetchone()[0] == 0

@@ -1,5 +1,7 @@
-"""The Archive sink: a foreachBatch writer that archives a streaming DataFrame (M 4.1,
-DESIGN.md §4 flow 1).
+"""The Archive sink: a foreachBatch writer that archives a streaming DataFrame (M 4.1;
+docs/ARCHITECTURE.md, a row from its source to the archive). The Spark side of the
+archive, with :mod:`archive.exec_udf`: ``pyspark`` is imported inside the functions
+that need it.
 
 Each micro-batch is cast to the stream's archive types and given its deterministic
 source ids by Spark itself (``xxhash64``, the same function :mod:`archive.ids` computes
@@ -18,12 +20,11 @@ from datetime import timedelta
 
 from archive.abc import AppendResult
 from archive.archiver import Archiver
-from archive.exec_sink import BATCH_PROPERTY, SUMMARY_SCHEMA, StreamWriter, batch_property
+from archive.exec_udf import BATCH_PROPERTY, EXECUTOR_DSN_ENV, SUMMARY_SCHEMA, StreamWriter, batch_property
 from archive.ids import spark_source_id
 from archive.streams import StreamSpec
 from archive.types import ColumnType, from_spark
 
-EXECUTOR_DSN_ENV = "MOIRAE_EXECUTOR_PG_DSN"
 _SPARK_TYPES = {
     ColumnType.BIGINT: "bigint", ColumnType.DOUBLE: "double", ColumnType.TEXT: "string",
     ColumnType.BOOLEAN: "boolean", ColumnType.TIMESTAMPTZ: "timestamp",
@@ -56,10 +57,10 @@ def prepare_batch(df, spec: StreamSpec):
 def archive_layout(df, spec: StreamSpec):
     """``df`` cast to the archive's types, with ``_sid``, in the order the executors
     write (``_sid``, event time, payload). A streaming DataFrame given this shape once
-    (:meth:`moirae.engine.Engine.source` does) reaches :func:`archive_batches` ready:
+    (:meth:`moirae.engine.engine.Engine.source` does) reaches :func:`archive_batches` ready:
     each micro-batch then goes to the executors as it is, without the projections
-    that would make Spark analyse the batch's plan again (about 70 ms a batch here,
-    the larger part of a small batch's cost)."""
+    that would make Spark analyse the batch's plan again (the larger part of a small
+    batch's cost)."""
     return prepare_batch(df, spec).select("_sid", spec.ts_col, *spec.columns)
 
 
@@ -114,7 +115,7 @@ def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
     rate of the stream's first non-empty batch, one small aggregate (rows, first and
     last event time) of that batch lets the Archiver choose it, as its own append path
     does; that reads the batch twice, once. An interval configured, or already fixed,
-    needs no aggregate (archive_ingest: about 350 ms of a 4.5-s run, 2026-11-27)."""
+    needs no aggregate."""
     if not archiver.interval_from_rate(spec.name):
         return archiver.fix_interval(spec.name, 0, timedelta(0)).span_us
     from pyspark.sql import functions as F
@@ -128,7 +129,7 @@ def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
 
 class _Writers:
     """The stream's partition writers as one Python UDF column, made at the first batch
-    and reused by every later one (see :class:`archive.exec_sink.StreamWriter`)."""
+    and reused by every later one (see :class:`archive.exec_udf.StreamWriter`)."""
 
     def __init__(self, writer: StreamWriter, columns: list[str]) -> None:
         self.writer, self.columns = writer, columns

@@ -10,7 +10,7 @@ from archive.types import ColumnType, parse_type
 
 
 class Retention(StrEnum):
-    """What happens to expired source tuples in old chunks (DESIGN.md §3)."""
+    """What happens to expired source tuples in old chunks (M 4.1, A 5.1)."""
 
     KEEP_ALL = "keep_all"
     CONTRIBUTING_ONLY = "contributing_only"  # keep tuples with >= 1 provenance edge

@@ -13,11 +13,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from moirae.base.errors import MoiraeError
-
-
-class UnsupportedType(MoiraeError, TypeError):
-    """A column type the archive cannot store."""
+from archive.errors import UnsupportedType
 
 
 class ColumnType(StrEnum):
@@ -181,3 +177,9 @@ def _to_bool(v):
     if s in _FALSE:
         return False
     return None
+
+
+NULLABLE_DTYPES = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.float64(): pd.Float64Dtype(),
+                   pa.bool_(): pd.BooleanDtype()}
+"""Arrow -> pandas types for ``to_pandas(types_mapper=NULLABLE_DTYPES.get)``: not through
+float64, which would round bigint ids above 2**53 and make NaN indistinguishable from null."""

@@ -2,9 +2,8 @@
 
 Spark's ``xxhash64(c1, c2, ...)`` hashes each column with the previous column's hash as
 the seed, so no value's hash can be cached across rows: the whole chain has to be
-computed per row. Doing that with the C ``xxhash`` module costs a Python call per value
-(~30k rows/s); here every step of the algorithm is one numpy operation over all rows, so
-a million rows take well under a second. Inputs of 8 bytes (longs, doubles, timestamps),
+computed per row. Doing that with the C ``xxhash`` module costs a Python call per value;
+here every step of the algorithm is one numpy operation over all rows. Inputs of 8 bytes (longs, doubles, timestamps),
 4 bytes (booleans) and byte strings shorter than 32 bytes are vectorised; longer strings
 fall back to the C module row by row (rare in monitoring data).
 

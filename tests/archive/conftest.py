@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from arch_helpers import make_archiver, metrics_spec
 
 from archive import Archiver
+from tests.archive.arch_helpers import make_archiver, metrics_spec
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A streaming archive job run as its own process, so a test can SIGKILL it mid-stream.
 
-``python spark_child.py DSN SCHEMA SRC CHECKPOINT LOG [--hang-on N]``: archives the CSV
+``python -m tests.archive.spark_child DSN SCHEMA SRC CHECKPOINT LOG [--hang-on N]``: archives the CSV
 files in SRC (one per trigger) into stream ``metrics``; after each append it writes the
 AppendResult as a JSON line to LOG. With ``--hang-on N`` it blocks after archiving batch
 N (after the database commit, before Spark commits the batch) until it is killed;
@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 CSV_SCHEMA = "ts timestamp, host string, v double, n bigint"
 
@@ -30,12 +29,10 @@ def main(argv=None) -> int:
     ap.add_argument("--parts", type=int)
     ap.add_argument("--hang-part", type=int)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from arch_helpers import make_archiver, metrics_spec
-
     from archive import Database
     from archive.spark_sink import archive_batches
-    from moirae.spark import spark_session
+    from moirae.runtime.spark import spark_session
+    from tests.archive.arch_helpers import make_archiver, metrics_spec
 
     arch = make_archiver(Database(args.dsn, args.schema))
     arch.register_stream(metrics_spec())

@@ -7,9 +7,10 @@ from datetime import timedelta
 
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, catalog_rows, fresh_archiver, partition_counts, rows, table_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tests.archive.arch_helpers import T0, catalog_rows, fresh_archiver, partition_counts, rows, table_rows
 
 pytestmark = pytest.mark.postgres
 
@@ -77,7 +78,7 @@ def test_concurrent_appends_creating_the_same_chunk_keep_every_row(archiver):
     assert catalog_rows(archiver) == partition_counts(archiver)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_replay_order_archives_each_row_once(pg_dsn, data):
     """Batches delivered with arbitrary replays (as after crashes) archive each row once."""

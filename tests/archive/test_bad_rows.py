@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
-from arch_helpers import T0, catalog_rows, partition_counts, rows, table_rows
 
 from archive import Tier
+from tests.archive.arch_helpers import T0, catalog_rows, partition_counts, rows, table_rows
 
 pytestmark = pytest.mark.postgres
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from arch_helpers import rows
 
-from archive import archiver as archiver_mod
 from archive import chunks as chunks_mod
-from archive.archiver import BatchTooWide
+from archive.errors import BatchTooWide
+from tests.archive.arch_helpers import rows
 
 pytestmark = pytest.mark.postgres
 
@@ -38,7 +37,7 @@ def test_a_batch_opening_hundreds_of_chunks_creates_them_in_bounded_transactions
 
 
 def test_a_batch_wider_than_one_transaction_may_lock_is_refused_by_name(archiver, monkeypatch):
-    monkeypatch.setattr(archiver_mod, "MAX_CHUNKS_PER_BATCH", 10)
+    monkeypatch.setattr(chunks_mod, "MAX_CHUNKS_PER_BATCH", 10)
     with pytest.raises(BatchTooWide, match=r"batch 7 of stream 'metrics' spans 11 chunks"):
         archiver.append("metrics", 7, rows(11, step=timedelta(hours=1)))
     assert archiver.batch_ids("metrics") == []  # nothing recorded: the batch can be sent again, split

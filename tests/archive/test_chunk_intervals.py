@@ -8,14 +8,15 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-from arch_helpers import T0, make_archiver, metrics_spec, rows
 
 from archive import chunks as chunks_mod
-from archive.archiver import MAX_CHUNKS_PER_BATCH, SchemaConflict
+from archive.chunks import MAX_CHUNKS_PER_BATCH
+from archive.errors import SchemaConflict
 from archive.names import quote
 from archive.streams import Retention, RetentionPolicy
 from moirae.config import load as load_config
-from moirae.status_view import render_status
+from moirae.read.status_view import render_status
+from tests.archive.arch_helpers import T0, make_archiver, metrics_spec, rows
 
 pytestmark = pytest.mark.postgres
 

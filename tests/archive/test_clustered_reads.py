@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import T0, make_archiver, metrics_spec, rows, table_rows
 
-from archive import Database, StreamSpec, contributors, exec_sink
+from archive import Database, StreamSpec, contributors, exec_sink, exec_udf
 from archive.abc import Tier
 from archive.brin_summary import Summarizer, summarize
 from archive.contributors import ensure_time_index, time_index, time_index_name, window_rows
 from archive.exec_sink import PartitionJob, write_partition
 from archive.ids import source_ids
 from archive.names import partition_name
+from tests.archive.arch_helpers import T0, make_archiver, metrics_spec, rows, table_rows
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
@@ -51,14 +51,14 @@ def writer(archiver):
     stream's cluster keys as the driver hands them on (the batch property)."""
     def write(frame: pd.DataFrame, batch: int, part: int = 0, stream: str = "metrics") -> None:
         archiver.fix_interval(stream, 0, timedelta(0))
-        prop = json.loads(exec_sink.batch_property(batch, HOUR_US, None, cluster=archiver.cluster_keys(stream)))
+        prop = json.loads(exec_udf.batch_property(batch, HOUR_US, None, cluster=archiver.cluster_keys(stream)))
         job = PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream(stream), batch, HOUR_US,
                            cluster=tuple(prop["cluster"]))
         assert write_partition(job, part, _partition(archiver, frame, stream))[3] == []
         archiver.commit_parts(stream, batch)
 
     yield write
-    exec_sink._drop_connection(archiver.db.dsn, archiver.db.schema)
+    exec_sink.drop_worker_connection(archiver.db.dsn, archiver.db.schema)
 
 
 def test_the_first_keys_asked_for_cluster_the_stream_and_its_one_brin_index(archiver, pg):
@@ -285,7 +285,7 @@ def test_a_history_query_pinning_a_cluster_key_is_read_through_the_index(archive
     for one key (archive.history_plan). The history-query of one key is planned through
     the index, present or recent, and returns the same rows; a template that does not
     pin the key, or a stream not clustered, is left to the planner."""
-    from archive import history, history_plan, tiers
+    from archive import history, history_plan
 
     monkeypatch.setattr(contributors, "PAGES_PER_RANGE", 4)
     n = 40_000
@@ -320,7 +320,7 @@ def test_a_history_query_pinning_a_cluster_key_is_read_through_the_index(archive
     got = archiver.run_history_query(one, {"host": "h042"}, chunk).to_dict("records")
     assert got == [{"c": 400, "s": int(i[i % 100 == 42].sum())}]
 
-    tiers.demote(archiver, T0 + timedelta(hours=1))  # recent: the stream's B-tree on host too
+    archiver.demote(T0 + timedelta(hours=1))  # recent: the stream's B-tree on host too
     assert "Index Scan" in plan(one, prefix)
     assert archiver.run_history_query(one, {"host": "h042"}, chunk).to_dict("records") == got
     archiver.register_stream(metrics_spec("plain"))

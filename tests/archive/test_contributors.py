@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from arch_helpers import T0, rows, table_rows
 
 from ananke.digest import match, xor_ids
 from archive.contributors import ensure_time_index, time_index_name, window_rows
+from tests.archive.arch_helpers import T0, rows, table_rows
 
 pytestmark = pytest.mark.postgres
 

@@ -16,7 +16,12 @@ from datetime import timedelta
 
 import psycopg2
 import pytest
-from arch_helpers import (
+
+from archive import chunks as chunks_mod
+from archive import exec_sink
+from archive.abc import Tier
+from archive.exec_sink import PartitionJob, write_partition
+from tests.archive.arch_helpers import (
     T0,
     blocked_on_lock,
     catalog_rows,
@@ -26,11 +31,6 @@ from arch_helpers import (
     table_rows,
     wait_until,
 )
-
-from archive import chunks as chunks_mod
-from archive import exec_sink
-from archive.abc import Tier
-from archive.exec_sink import PartitionJob, write_partition
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
@@ -42,7 +42,7 @@ def job(archiver):
     worker connection it opens in this process is closed afterwards."""
     archiver.fix_interval("metrics", 0, timedelta(0))
     yield PartitionJob(archiver.db.dsn, archiver.db.schema, archiver.stream("metrics"), 1, HOUR_US)
-    exec_sink._drop_connection(archiver.db.dsn, archiver.db.schema)
+    exec_sink.drop_worker_connection(archiver.db.dsn, archiver.db.schema)
 
 
 def _creating_transactions(archiver) -> list[int]:
@@ -211,13 +211,13 @@ def test_a_worker_keeps_the_connections_of_its_last_few_schemas_only(pg):
     try:
         conns, pids = [], []
         for s in schemas:
-            conns.append(exec_sink._connection(pg.dsn, s))
+            conns.append(exec_sink.worker_connection(pg.dsn, s))
             pids.append(conns[-1].get_backend_pid())
         assert [c.closed for c in conns] == [1, 1] + [0] * keep
         assert list(exec_sink._CONNECTIONS) == [(pg.dsn, s) for s in schemas[2:]]
         # reusing one makes it the most recent: the next new schema closes the oldest other
-        assert exec_sink._connection(pg.dsn, schemas[2]) is conns[2]
-        extra = exec_sink._connection(pg.dsn, f"{pg.schema}_w_extra")
+        assert exec_sink.worker_connection(pg.dsn, schemas[2]) is conns[2]
+        extra = exec_sink.worker_connection(pg.dsn, f"{pg.schema}_w_extra")
         assert conns[3].closed and not conns[2].closed and not extra.closed
         with pg.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))
@@ -225,5 +225,5 @@ def test_a_worker_keeps_the_connections_of_its_last_few_schemas_only(pg):
         assert alive == set(pids[2:]) - {pids[3]}, "closed connections leave the server"
     finally:
         for key in list(exec_sink._CONNECTIONS):
-            exec_sink._drop_connection(*key)
+            exec_sink.drop_worker_connection(*key)
         exec_sink._CONNECTIONS.update(before)

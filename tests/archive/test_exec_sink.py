@@ -20,15 +20,6 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import (
-    T0,
-    catalog_rows,
-    fresh_archiver,
-    make_archiver,
-    metrics_spec,
-    partition_counts,
-    table_rows,
-)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +28,15 @@ from archive.abc import Tier
 from archive.copy import arrow_to_copy_binary, copy_binary
 from archive.spark_sink import archive_batches
 from archive.types import ColumnType
+from tests.archive.arch_helpers import (
+    T0,
+    catalog_rows,
+    fresh_archiver,
+    make_archiver,
+    metrics_spec,
+    partition_counts,
+    table_rows,
+)
 
 HERE = Path(__file__).resolve().parent
 CSV_SCHEMA = "ts timestamp, host string, v double, n bigint"
@@ -277,7 +277,7 @@ def test_sigkill_between_partition_copies_then_replay_equals_source(pg_dsn, requ
     try:
         expected = _write_csv(tmp / "src", files=3, per_file=40, hosts=11)
         log = tmp / "log.jsonl"
-        base = [sys.executable, str(HERE / "spark_child.py"), db.dsn, db.schema, str(tmp / "src"),
+        base = [sys.executable, "-m", "tests.archive.spark_child", db.dsn, db.schema, str(tmp / "src"),
                 str(tmp / "ckpt"), str(log), "--parts", str(parts)]
         env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent)}
         child = subprocess.Popen([*base, "--hang-on", "1", "--hang-part", str(hang)], env=env,
@@ -365,7 +365,7 @@ def test_the_first_batch_is_counted_only_when_its_rate_chooses_the_interval(spar
 def test_a_task_without_its_batch_property_refuses_to_write(archiver):
     """The stream's writer is one UDF for every batch; the batch id comes with the job.
     A task that did not get it (a job the sink did not start) writes nothing."""
-    from archive.exec_sink import BATCH_PROPERTY, StreamWriter, batch_property
+    from archive.exec_udf import BATCH_PROPERTY, StreamWriter, batch_property
 
     writer = StreamWriter("dbname=unused", "s", archiver.stream("metrics"))
     with pytest.raises(RuntimeError, match=BATCH_PROPERTY):

@@ -18,7 +18,15 @@ from datetime import timedelta
 import pandas as pd
 import pyarrow as pa
 import pytest
-from arch_helpers import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archive import exec_sink, exec_stream
+from archive.contributors import ensure_time_index
+from archive.errors import DatabaseUnavailable
+from archive.exec_sink import PartitionJob, write_partition, write_with_retry
+from archive.exec_stream import streamable, write_arriving, write_streamed
+from tests.archive.arch_helpers import (
     T0,
     blocking_others,
     catalog_rows,
@@ -29,14 +37,6 @@ from arch_helpers import (
     table_rows,
     wait_until,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from archive import exec_sink, exec_stream
-from archive.contributors import ensure_time_index
-from archive.exec_sink import PartitionJob, write_arriving, write_partition, write_with_retry
-from archive.exec_stream import streamable, write_streamed
-from archive.pg import DatabaseUnavailable
 
 pytestmark = pytest.mark.postgres
 HOUR_US = 3_600_000_000
@@ -105,7 +105,7 @@ def _both_ways(pg_dsn, frame, cuts, cluster, got) -> None:
                 res, received = write_arriving(job, 3, iter(_cut(table, cuts)))  # as a Python worker does
                 assert pa.Table.from_batches(received, schema=table.schema).equals(table)
             got[way] = (res, table_rows(arch).to_dict("list"), _record(arch), [d[1:] for d in _dead(arch)])
-            exec_sink._drop_connection(job.dsn, job.schema)
+            exec_sink.drop_worker_connection(job.dsn, job.schema)
 
 
 def test_a_replayed_partition_writes_nothing_and_hands_every_batch_back(archiver):
@@ -116,7 +116,7 @@ def test_a_replayed_partition_writes_nothing_and_hands_every_batch_back(archiver
     received = []
     assert write_streamed(job, 0, iter(_cut(table, [4, 8])), received) == (0, 0, True, [])
     assert sum(b.num_rows for b in received) == 12 and len(table_rows(archiver)) == 12
-    exec_sink._drop_connection(job.dsn, job.schema)
+    exec_sink.drop_worker_connection(job.dsn, job.schema)
 
 
 def test_a_chunk_missing_midway_is_created_beside_the_open_transaction(archiver):
@@ -132,7 +132,7 @@ def test_a_chunk_missing_midway_is_created_beside_the_open_transaction(archiver)
     archiver.commit_parts("metrics", 1)
     assert table_rows(archiver)["n"].tolist() == list(range(12))
     assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 6, 473_353: 6}
-    exec_sink._drop_connection(job.dsn, job.schema)
+    exec_sink.drop_worker_connection(job.dsn, job.schema)
 
 
 def test_a_creation_caught_behind_index_ddl_gives_up_and_the_whole_writer_archives_each_row_once(
@@ -154,7 +154,7 @@ def test_a_creation_caught_behind_index_ddl_gives_up_and_the_whole_writer_archiv
     def batches():
         pieces = _cut(table, [6])
         yield pieces[0]  # written into chunk 473352: the data transaction holds it now
-        writer = exec_sink._connection(job.dsn, job.schema).get_backend_pid()
+        writer = exec_sink.worker_connection(job.dsn, job.schema).get_backend_pid()
         t = threading.Thread(target=lambda: ddl.update(keys=ensure_time_index(archiver, "metrics", ["host"])))
         t.start()
         ddl["thread"] = t
@@ -172,7 +172,7 @@ def test_a_creation_caught_behind_index_ddl_gives_up_and_the_whole_writer_archiv
     archiver.commit_parts("metrics", 1)
     assert table_rows(archiver)["n"].tolist() == list(range(12))
     assert catalog_rows(archiver) == partition_counts(archiver) == {473_352: 6, 473_353: 6}
-    exec_sink._drop_connection(job.dsn, job.schema)
+    exec_sink.drop_worker_connection(job.dsn, job.schema)
 
 
 def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row_once(archiver):
@@ -183,7 +183,7 @@ def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row
     def batches():
         pieces = _cut(table, [5])
         yield pieces[0]
-        backend = exec_sink._connection(job.dsn, job.schema).get_backend_pid()  # the writer's, mid-COPY
+        backend = exec_sink.worker_connection(job.dsn, job.schema).get_backend_pid()  # the writer's, mid-COPY
         with archiver.db.connection() as conn, conn.cursor() as cur:
             cur.execute("SELECT pg_terminate_backend(%s)", (backend,))
         yield from pieces[1:]
@@ -194,7 +194,7 @@ def test_a_connection_lost_midway_leaves_nothing_and_the_retry_archives_each_row
     assert write_with_retry(job, 0, pa.Table.from_batches(received)) == (12, 0, False, [])
     archiver.commit_parts("metrics", 1)
     assert table_rows(archiver)["n"].tolist() == list(range(12))
-    exec_sink._drop_connection(job.dsn, job.schema)
+    exec_sink.drop_worker_connection(job.dsn, job.schema)
 
 
 def test_a_clustered_partition_is_written_as_it_arrives_in_sorted_blocks(archiver, monkeypatch):
@@ -213,7 +213,7 @@ def test_a_clustered_partition_is_written_as_it_arrives_in_sorted_blocks(archive
         physical = [r[0] for r in cur.fetchall()]
     blocks = [frame[lo:hi] for lo, hi in ((0, 12), (12, 24), (24, 30))]  # batches of 4 until >= 10 rows
     assert physical == [n for b in blocks for n in b.sort_values("host", kind="stable")["n"]]
-    exec_sink._drop_connection(job.dsn, job.schema)
+    exec_sink.drop_worker_connection(job.dsn, job.schema)
 
 
 def test_staged_and_skipped_jobs_keep_the_whole_partition_way(archiver):

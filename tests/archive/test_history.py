@@ -9,10 +9,10 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-from arch_helpers import T0, rows
 
 from archive import HistoryQueryCancelled, HistoryQueryTimeout, MissingParameter, UnsafeQuery
-from archive.history import HistoryQueryFailed
+from archive.errors import HistoryQueryFailed
+from tests.archive.arch_helpers import T0, rows
 
 pytestmark = pytest.mark.postgres
 
@@ -49,7 +49,7 @@ def loaded(archiver):
     ("SELECT * FROM metrics WHERE n = $1", "positional parameter"),
 ])
 def test_unsafe_templates_are_rejected_with_a_clear_error(archiver, sql, why):
-    from arch_helpers import metrics_spec
+    from tests.archive.arch_helpers import metrics_spec
 
     archiver.register_stream(metrics_spec("alerts", indexes=[]))
     with pytest.raises(UnsafeQuery) as info:
@@ -151,7 +151,7 @@ def test_a_percent_sign_in_the_template_is_literal(loaded):
 
 
 def test_template_may_join_two_streams_inside_one_chunk(loaded):
-    from arch_helpers import metrics_spec
+    from tests.archive.arch_helpers import metrics_spec
 
     loaded.register_stream(metrics_spec("alerts", indexes=[]))
     loaded.append("alerts", 0, rows(10, step=timedelta(minutes=30), first=0))
@@ -168,7 +168,7 @@ def test_a_history_query_starts_no_parallel_workers_unless_configured(pg, worker
     """recall.max_concurrent bounds the history's share of the database only if each
     history-query is one server process (archive.history_plan); a machine with cores to
     spare may allow workers."""
-    from arch_helpers import make_archiver, metrics_spec
+    from tests.archive.arch_helpers import make_archiver, metrics_spec
 
     arch = make_archiver(pg, **({} if workers is None else {"history_parallel_workers": workers}))
     try:

@@ -1,5 +1,7 @@
-"""Source ids (DESIGN.md §3; A 5): Python's :func:`archive.ids.source_ids` equals Spark's
-``xxhash64`` over the same rows, so a tuple gets one id whichever way it is archived."""
+"""Source ids (A 5): Python's :func:`archive.ids.source_ids` equals the Spark expression
+:func:`archive.ids.spark_source_id` over the same rows, and Ananke's provenance ids
+(:func:`ananke.ids.source_id_col`) are that expression, so a tuple gets one id whichever
+way it is archived or traced."""
 
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archive import StreamSpec
-from archive.archiver import _NULLABLE
 from archive.ids import source_ids
 from archive.spark_sink import archive_batches, prepare_batch
+from archive.types import NULLABLE_DTYPES as _NULLABLE
 from archive.validate import split_batch
 
 pytestmark = pytest.mark.spark
@@ -82,12 +84,34 @@ _row = st.tuples(_times, st.one_of(st.none(), st.text(max_size=8)),
                  st.one_of(st.none(), st.booleans()), st.one_of(st.none(), _times))
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(_row, min_size=1, max_size=20))
 def test_random_rows_hash_like_spark(spark, rows):
     rows = [r for r in rows if "\x00" not in (r[1] or "")]  # PostgreSQL text cannot hold NUL
     if rows:
         assert _python_ids(rows) == _spark_ids(spark, rows)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_row, min_size=1, max_size=20), st.sampled_from(["allkinds", "m", "cx_users"]))
+def test_the_spark_expression_and_the_python_function_agree(spark, rows, stream):
+    """One definition: the archive's Spark expression, Ananke's provenance id column and
+    the Python function give every generated row the same id."""
+    from ananke.ids import source_id_col
+    from archive.ids import spark_source_id
+
+    rows = [r for r in rows if "\x00" not in (r[1] or "")]
+    if not rows:
+        return
+    spec = StreamSpec.build(stream, SPEC.ts_col, {c: t for c, t in SPEC.columns.items()})
+    frame = _arrow(rows).to_pandas(types_mapper=_NULLABLE.get)
+    good, dead = split_batch(frame, spec.ts_col, spec.columns, stream)
+    assert not dead
+    python = source_ids(stream, good, spec.id_columns).tolist()
+    got = spark.createDataFrame(rows, SCHEMA).select(
+        spark_source_id(stream, COLS).alias("archive"), source_id_col(stream, "ts", COLS[1:]).alias("ananke")).collect()
+    assert [r["archive"] for r in got] == python
+    assert [r["ananke"] for r in got] == python
 
 
 @pytest.mark.postgres

@@ -10,10 +10,10 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-from arch_helpers import T0, catalog_rows, make_archiver, partition_counts
 
 from archive import StreamSpec
 from archive.materialized import MATERIALIZED, replace_materialization
+from tests.archive.arch_helpers import T0, catalog_rows, make_archiver, partition_counts
 
 pytestmark = pytest.mark.postgres
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-from arch_helpers import T0, make_archiver, metrics_spec, rows, table_rows
 
 from archive import SchemaConflict, StreamSpec, Tier
+from tests.archive.arch_helpers import T0, make_archiver, metrics_spec, rows, table_rows
 
 pytestmark = pytest.mark.postgres
 

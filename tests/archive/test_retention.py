@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from arch_helpers import T0, catalog_rows, metrics_spec, partition_counts, rows, table_rows
 
 from archive import Contributing, Retention, RetentionPolicy, Tier
 from archive.names import partition_name
+from tests.archive.arch_helpers import T0, catalog_rows, metrics_spec, partition_counts, rows, table_rows
 
 pytestmark = pytest.mark.postgres
 

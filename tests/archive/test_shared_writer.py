@@ -8,14 +8,14 @@ from __future__ import annotations
 from datetime import UTC, timedelta
 
 import pytest
-from arch_helpers import fresh_archiver, table_rows
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_exec_sink import _source, fail_once_after
 
 from archive import shared as shared_mod
 from archive.shared import SharedArchive, shared_batch_id
 from archive.spark_sink import archive_layout
+from tests.archive.arch_helpers import fresh_archiver, table_rows
+from tests.archive.test_exec_sink import _source, fail_once_after
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 

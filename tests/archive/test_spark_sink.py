@@ -14,9 +14,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from arch_helpers import T0, rows, table_rows
 
 from archive.spark_sink import archive_batches
+from tests.archive.arch_helpers import T0, rows, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -110,7 +110,7 @@ def test_sigkill_mid_stream_then_restart_leaves_archive_equal_to_source(archiver
     expected = write_csv_files(tmp_path / "src", files=5, per_file=25)
     log = tmp_path / "log.jsonl"
     db = archiver.db
-    base = [sys.executable, str(HERE / "spark_child.py"), db.dsn, db.schema, str(tmp_path / "src"),
+    base = [sys.executable, "-m", "tests.archive.spark_child", db.dsn, db.schema, str(tmp_path / "src"),
             str(tmp_path / "ckpt"), str(log)]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent.parent)}
     child = subprocess.Popen([*base, "--hang-on", "2"], env=env, start_new_session=True,

@@ -6,7 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from arch_helpers import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archive import Tier, simindex
+from archive.names import index_name, partition_name
+from tests.archive.arch_helpers import (
     T0,
     catalog_rows,
     fresh_archiver,
@@ -16,11 +21,6 @@ from arch_helpers import (
     rows,
     table_rows,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from archive import Tier, simindex
-from archive.names import index_name, partition_name
 
 pytestmark = pytest.mark.postgres
 
@@ -124,7 +124,7 @@ def test_a_revived_chunk_loses_its_similarity_index(archiver):
     archiver.append("metrics", -1, rows(30, step=timedelta(minutes=10)), bulk=True)
     horizon = T0 + timedelta(hours=4, minutes=30)
     last = archiver.grid.chunk_of(horizon)
-    store = simindex.IndexStore(archiver, "sim")
+    store = archiver.index_store("sim")
     for c in _tiers(archiver):
         store.save(c, ["metrics"], 1, b"blob", [])
     told: list[tuple[str, list[int]]] = []
@@ -192,7 +192,7 @@ def test_index_speeds_a_recent_chunk_query(archiver):
     assert index_name("metrics", archiver.grid.chunk_of(T0), 0) in plan
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_transitions_never_lose_or_duplicate_rows(pg_dsn, data):
     """Random batches (some late) interleaved with demotions and agings: the archive
