@@ -1,4 +1,5 @@
-"""The HTTP API (DESIGN.md §5): a thin FastAPI front over the engine.
+"""The HTTP API: a thin FastAPI front over the engine's
+:class:`~moirae.read.abc.EngineSurface`, one router per concern.
 
 Routes (all JSON unless noted):
 
@@ -28,19 +29,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from moirae import views
 from moirae.api import incidents_api, sse, steer
 from moirae.api import models as m
 from moirae.api.auth import check_bind, token_matches
 from moirae.api.console_page import PAGE
+from moirae.api.errors import BadEids, BadTickets, EngineNotRunning, NoSuchEvent
 from moirae.api.guard import Guard, document_text_rule
-from moirae.errorlog import file_logger, log_dir
-from recall.outputs import Bus
+from moirae.read import views
+from moirae.runtime.errorlog import file_logger, log_dir
 
 
 def _whole_number(v: Any) -> Any:
@@ -101,16 +102,11 @@ TIME = Query(json_schema_extra={"format": "date-time"},
              description="ISO-8601 time, e.g. 2024-03-01T06:00:00Z (no offset: UTC); since must not be after until")
 
 
-def bus_of(engine) -> Bus:
-    manager = getattr(engine.deploy, "manager", None)
-    return manager.bus if manager is not None else engine.deploy.bus
-
-
 def create_app(engine, token: str | None = None, host: str | None = None, keepalive: float = 5.0) -> FastAPI:
-    """The API and console over ``engine`` (a :class:`moirae.Engine`, or a
-    :class:`moirae.api.readonly.ReadOnlyEngine`). ``token`` and ``host`` default to
-    the engine's ``api`` settings; serving ``host`` beyond loopback without a token is
-    refused (:class:`moirae.api.auth.ApiError`)."""
+    """The API and console over ``engine`` (a :class:`~moirae.read.abc.EngineSurface`:
+    a :class:`moirae.Engine`, or a :class:`moirae.read.readonly.ReadOnlyEngine`).
+    ``token`` and ``host`` default to the engine's ``api`` settings; serving ``host``
+    beyond loopback without a token is refused (:class:`moirae.api.auth.ApiError`)."""
     api_cfg = engine.settings.api
     token = api_cfg.token if token is None else token
     check_bind(host or api_cfg.host, token)
@@ -119,6 +115,19 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
     app.state.engine = engine
     app.state.error_log = log_dir(engine.settings.data_dir) / "api.log"
     app.add_middleware(Guard, logger=file_logger("moirae.api.errors", app.state.error_log))
+    _document_text_rule(app)
+    require_token = _token_check(token)
+    app.include_router(_page_router())
+    app.include_router(incidents_api.router(engine, require_token))
+    app.include_router(_events_router(engine))
+    app.include_router(_steer_router(engine, require_token))
+    app.include_router(_engine_router(engine, token))
+    app.include_router(_stream_router(engine, keepalive))
+    return app
+
+
+def _document_text_rule(app: FastAPI) -> None:
+    """Serve the OpenAPI schema with the text rule of :mod:`moirae.api.guard` in it."""
     plain_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -128,33 +137,33 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
 
     app.openapi = openapi
 
+
+def _token_check(token: str | None):
+    """The dependency of mutating routes: with a token configured, the request must
+    carry it (:mod:`moirae.api.auth`), else 401."""
+
     def require_token(request: Request) -> None:
         if token and not token_matches(request.headers.get("authorization"), token):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    def event_or_404(eid: str) -> dict[str, Any]:
-        detail = views.event_detail(engine, eid)
-        if detail is None:
-            raise HTTPException(404, f"no event {eid!r}")
-        return detail
+    return require_token
 
-    def steering(fn, *args) -> dict[str, Any]:
-        try:
-            return fn(engine, *args)
-        except steer.NoSuchEvent as exc:
-            raise HTTPException(404, str(exc)) from None
-        except steer.EngineNotRunning as exc:
-            raise HTTPException(409, str(exc)) from None
-        except (steer.BadTickets, steer.BadEids) as exc:
-            raise HTTPException(422, str(exc)) from None
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+def _page_router() -> APIRouter:
+    r = APIRouter()
+
+    @r.get("/", response_class=HTMLResponse, include_in_schema=False)
     def console() -> str:
         return PAGE
 
-    app.include_router(incidents_api.router(engine, require_token))
+    return r
 
-    @app.get("/api/events", response_model=m.EventList)
+
+def _events_router(engine) -> APIRouter:
+    """``GET /api/events`` and ``GET /api/events/{eid}``."""
+    r = APIRouter()
+
+    @r.get("/api/events", response_model=m.EventList)
     def list_events(type: Annotated[str | None, Query(max_length=200)] = None,  # noqa: A002 - the API's name
                     since: Annotated[str | None, TIME] = None, until: Annotated[str | None, TIME] = None,
                     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
@@ -164,46 +173,78 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
             raise HTTPException(422, f"since ({since}) is after until ({until})")
         return views.event_list(engine, type or None, lo, hi, limit, offset)
 
-    @app.get("/api/events/{eid}", response_model=m.EventDetail)
+    @r.get("/api/events/{eid}", response_model=m.EventDetail)
     def get_event(eid: str) -> dict[str, Any]:
-        return event_or_404(eid)
+        detail = views.event_detail(engine, eid)
+        if detail is None:
+            raise HTTPException(404, f"no event {eid!r}")
+        return detail
 
-    @app.post("/api/events/cancel", dependencies=[Depends(require_token)], response_model=m.SteerManyResult)
+    return r
+
+
+def _steer_router(engine, require_token) -> APIRouter:
+    """Steering (M 4.4): cancel one or many events, accelerate one; each needs the token."""
+    r = APIRouter(dependencies=[Depends(require_token)])
+
+    def steering(fn, *args) -> dict[str, Any]:
+        try:
+            return fn(engine, *args)
+        except NoSuchEvent as exc:
+            raise HTTPException(404, str(exc)) from None
+        except EngineNotRunning as exc:
+            raise HTTPException(409, str(exc)) from None
+        except (BadTickets, BadEids) as exc:
+            raise HTTPException(422, str(exc)) from None
+
+    @r.post("/api/events/cancel", response_model=m.SteerManyResult)
     def cancel_many(body: CancelBody) -> dict[str, Any]:
         return steering(steer.cancel_many, body.eids)
 
-    @app.post("/api/events/{eid}/cancel", dependencies=[Depends(require_token)], response_model=m.SteerResult)
+    @r.post("/api/events/{eid}/cancel", response_model=m.SteerResult)
     def cancel(eid: str) -> dict[str, Any]:
         return steering(steer.cancel, eid)
 
-    @app.post("/api/events/{eid}/accelerate", dependencies=[Depends(require_token)],
-              response_model=m.SteerResult)
+    @r.post("/api/events/{eid}/accelerate", response_model=m.SteerResult)
     def accelerate(eid: str, body: Annotated[AccelerateBody | None, Body()] = None) -> dict[str, Any]:
         return steering(steer.accelerate, eid, (body or AccelerateBody()).tickets)
 
-    @app.get("/api/archive/chunks", response_model=m.ChunkCatalog)
+    return r
+
+
+def _engine_router(engine, token: str | None) -> APIRouter:
+    """The chunk catalog, the scheduler's tasks and the engine's status."""
+    r = APIRouter()
+
+    @r.get("/api/archive/chunks", response_model=m.ChunkCatalog)
     def chunks(stream: str | None = None) -> dict[str, Any]:
         try:
             return views.chunk_catalog(engine, stream)
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from None
 
-    @app.get("/api/scheduler/tasks", response_model=m.SchedulerTasks)
+    @r.get("/api/scheduler/tasks", response_model=m.SchedulerTasks)
     def tasks() -> dict[str, Any]:
         return views.scheduler_tasks(engine)
 
-    @app.get("/api/status", response_model=m.Status)
+    @r.get("/api/status", response_model=m.Status)
     def status() -> dict[str, Any]:
-        live = engine.live_status() if hasattr(engine, "live_status") else None  # a console has no live path
         return {"engine_running": views.running(engine), "token_required": bool(token),
-                "archive": engine.archiver.status(), "live": live}
+                "archive": engine.archive.status(), "live": engine.live_status()}
 
-    @app.get("/api/stream", response_class=StreamingResponse,
-             responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})
+    return r
+
+
+def _stream_router(engine, keepalive: float) -> APIRouter:
+    """``GET /api/stream``: the live updates as server-sent events (:mod:`moirae.api.sse`)."""
+    r = APIRouter()
+
+    @r.get("/api/stream", response_class=StreamingResponse,
+           responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}})
     async def live(request: Request, eid: str | None = None) -> StreamingResponse:
-        sub = sse.subscribe(bus_of(engine), eid=eid)  # before the headers: see sse.subscribe
+        sub = sse.subscribe(engine.bus, eid=eid)  # before the headers: see sse.subscribe
         return StreamingResponse(sse.stream(sub, request, keepalive=keepalive),
                                  media_type="text/event-stream", background=BackgroundTask(sub.close),
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    return app
+    return r

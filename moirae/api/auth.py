@@ -1,4 +1,4 @@
-"""Who may steer: bearer tokens for mutating calls (DESIGN.md §5).
+"""Who may steer: bearer tokens for mutating calls.
 
 The API binds to loopback by default. Binding anywhere else requires a configured
 token (the configuration refuses a non-loopback ``api.host`` without ``api.token``, and
@@ -17,11 +17,9 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from moirae.base.errors import MoiraeError
+from moirae.api.errors import ApiError
 
-
-class ApiError(MoiraeError, ValueError):
-    """An API server that may not start as configured (names the host)."""
+__all__ = ["ApiError", "check_bind", "is_loopback", "token_matches"]
 
 
 def is_loopback(host: str) -> bool:

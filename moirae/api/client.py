@@ -15,17 +15,11 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from moirae.base.errors import MoiraeError
+from moirae.api.errors import ClientError, NoEngine
+
+__all__ = ["ENV_TOKEN", "ApiClient", "ClientError", "NoEngine", "base_url"]
 
 ENV_TOKEN = "MOIRAE_API_TOKEN"
-
-
-class ClientError(MoiraeError, RuntimeError):
-    """A steering call that did not succeed (no engine listening, refused, 404, ...)."""
-
-
-class NoEngine(ClientError, ConnectionError):
-    """Nothing listens at the API's address: no engine is running."""
 
 
 def base_url(settings) -> str:

@@ -1,6 +1,5 @@
-"""The console (DESIGN.md §1 "Alert consoles", issue 13): one HTML page, plain
-JavaScript, no build step; its sources are ``static/console.{html,css,js}``, inlined
-into one response.
+"""The console: one HTML page, plain JavaScript, no build step; its sources are
+``static/console.{html,css,js}``, inlined into one response.
 
 It lists *incidents* live (``EventSource`` on ``/api/stream``; ``incident`` messages),
 newest first, with status, severity, key, duration and alert count, filtered by status

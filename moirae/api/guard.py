@@ -1,5 +1,5 @@
 """What no request may do to the API: store text PostgreSQL cannot hold, or print a
-traceback (issue 13 §4).
+traceback.
 
 :class:`Guard` is an ASGI middleware around the whole application, so it covers every
 route, present and future:
@@ -10,7 +10,7 @@ route, present and future:
   422 naming where it was (``{"detail": [{"loc": ["query", "type"], "msg": ...,
   "type": "text"}]}``, FastAPI's validation-error shape), never a 500 from the database.
 - **Server errors.** An exception escaping a route is written with its traceback to the
-  API's log file (:mod:`moirae.errorlog`) under an error id, and the client gets a 500
+  API's log file (:mod:`moirae.runtime.errorlog`) under an error id, and the client gets a 500
   ``{"detail": "...", "error_id": "..."}``. Nothing propagates to the server, which
   would print the traceback on the terminal (the alert output of ``moirae run``). A
   failure after a response started (an SSE stream) is logged and the stream closed.
@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from archive.validate import text_problem
-from moirae.errorlog import record_failure
+from moirae.runtime.errorlog import record_failure
 
 MAX_CHECKED_BODY = 1 << 20  # larger bodies are passed on unchecked (no route takes one)
 

@@ -1,4 +1,4 @@
-"""Incident routes of the HTTP API (issue 13), with Pydantic response models (the
+"""Incident routes of the HTTP API, with Pydantic response models (the
 OpenAPI schema the API is fuzzed against):
 
 - ``GET /api/incidents?status=&type=&limit=&offset=``: incidents newest first;
@@ -18,8 +18,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Depends, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from moirae.incident_views import incident_detail
-from moirae.incidents import MAX_NOTE, IncidentError, NoSuchIncident
+from moirae.incidents.store import MAX_NOTE, IncidentError, NoSuchIncident
+from moirae.read.archive_view import dead_letters
+from moirae.read.incident_views import incident_detail
 
 Status = Literal["open", "acknowledged", "resolved"]
 NO_NUL = r"^[^\x00]*$"
@@ -127,7 +128,7 @@ def router(engine, require_token) -> APIRouter:
     r = APIRouter()
 
     def store():
-        return engine.deploy.incidents
+        return engine.incidents
 
     def known(incident: str) -> str:
         if "\x00" in incident:
@@ -165,15 +166,13 @@ def router(engine, require_token) -> APIRouter:
     @r.get("/api/archive/summary", response_model=ArchiveSummary)
     def archive_summary() -> dict:
         per: dict[tuple[str, str], dict] = {}
-        for c in engine.archiver.chunks():
+        for c in engine.archive.chunks():
             s = per.setdefault((c.stream, c.tier.value), {"stream": c.stream, "tier": c.tier.value, "chunks": 0,
                                                             "rows": 0, "late_rows": 0})
             s["chunks"] += 1
             s["rows"] += c.rows or 0
             s["late_rows"] += c.late_rows or 0
-        with engine.archiver.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT stream, count(*) FROM moirae_dead_letters GROUP BY stream ORDER BY stream")
-            dead = {s: n for s, n in cur.fetchall()}
-        return {"tiers": sorted(per.values(), key=lambda s: (s["stream"], s["tier"])), "dead_letters": dead}
+        return {"tiers": sorted(per.values(), key=lambda s: (s["stream"], s["tier"])),
+                "dead_letters": dead_letters(engine.archive)}
 
     return r

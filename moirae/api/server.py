@@ -15,8 +15,9 @@ import time
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
-from moirae.api.auth import ApiError, check_bind
-from moirae.errorlog import file_logger
+from moirae.api.auth import check_bind
+from moirae.api.errors import ApiError
+from moirae.runtime.errorlog import file_logger
 
 
 class ApiServer:

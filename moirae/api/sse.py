@@ -1,9 +1,9 @@
-"""The live update stream (DESIGN.md §5): server-sent events of new events, recall
+"""The live update stream: server-sent events of new events, recall
 outputs and revisions, and boundaries, as the engine's bus publishes them.
 
 Each bus item becomes one SSE message ``event: <type>`` (``event`` for a new alert,
 ``insert`` / ``update`` / ``delete`` for recall outputs and revisions, ``boundary``)
-with the JSON of :func:`moirae.views.bus_item_json` as ``data``. A comment line keeps
+with the JSON of :func:`moirae.read.views.bus_item_json` as ``data``. A comment line keeps
 idle connections alive every ``keepalive`` seconds. The subscription is a bounded,
 drop-oldest queue (a slow client never slows the Recall Manager); it is closed when
 the client disconnects or the server stops.
@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-from moirae import views
+from moirae.read import views
 
 
 def _eid(item: Any) -> str | None:

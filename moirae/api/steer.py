@@ -1,43 +1,27 @@
-"""Steering through the API (DESIGN.md §1 "Operators steering history work", M 4.4):
-cancel an event's recall, or give its tasks more tickets. Both report what changed.
-:func:`cancel_many` cancels many events in one call (a cancel storm: one pass over the
-scheduler and one commit, :meth:`moirae.Engine.cancel_many`).
+"""Steering through the API (M 4.4): cancel an event's recall, or give its tasks more
+tickets. Both report what changed. :func:`cancel_many` cancels many events in one call
+(a cancel storm: one pass over the scheduler and one commit).
 
-The work is the engine's (:meth:`moirae.Engine.cancel`, :meth:`moirae.Engine.accelerate`);
-these functions only check the event exists, take the task table before and after, and
-say what differs.
+The work is the engine's (:class:`~moirae.read.abc.SteerSurface`); these functions only
+check the event exists and the engine is steerable, take the task table before and
+after, and say what differs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from moirae import views
-from moirae.base.errors import MoiraeError
-from scheduler.errors import UnknownEvent
+from moirae.api.errors import BadEids, BadTickets, EngineNotRunning, NoSuchEvent
+from moirae.read import views
+from scheduler.errors import InvalidTickets, UnknownEvent
+from scheduler.tickets import MAX_TICKETS
+from scheduler.tickets import check_tickets as _check_ticket_count
 
-MAX_TICKETS = 1_000_000
 MAX_BULK = 10_000
 
 
-class NoSuchEvent(MoiraeError, LookupError):
-    """An event id the event log does not hold (HTTP 404)."""
-
-
-class EngineNotRunning(MoiraeError, RuntimeError):
-    """Steering asked of a read-only view: no engine runs in this process (HTTP 409)."""
-
-
-class BadTickets(MoiraeError, ValueError):
-    """An accelerate amount that is not a positive integer up to MAX_TICKETS (HTTP 422)."""
-
-
-class BadEids(MoiraeError, ValueError):
-    """A bulk request's event ids that are not 1 to MAX_BULK strings (HTTP 422)."""
-
-
 def _check(engine, eid: str) -> None:
-    if engine.deploy.events.get(eid) is None:
+    if engine.events.get(eid) is None:
         raise NoSuchEvent(f"no event {eid!r} in the event log")
     if not views.running(engine):
         raise EngineNotRunning(f"no engine is running in this process; cannot steer event {eid!r} "
@@ -71,7 +55,7 @@ def cancel_many(engine, eids: list[str]) -> dict[str, Any]:
         raise BadEids(f"eids must be a list of 1 to {MAX_BULK} event ids (strings), got "
                       f"{type(eids).__name__} of {len(eids) if isinstance(eids, list) else '?'}")
     eids = list(dict.fromkeys(eids))
-    unknown = [e for e in eids if e not in engine.deploy.events.known(eids)]
+    unknown = [e for e in eids if e not in engine.events.known(eids)]
     if unknown:
         shown = ", ".join(repr(e) for e in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
         raise NoSuchEvent(f"no event {shown} in the event log; nothing was cancelled")
@@ -88,9 +72,11 @@ def cancel_many(engine, eids: list[str]) -> dict[str, Any]:
 
 
 def check_tickets(tickets: Any) -> int:
-    if isinstance(tickets, bool) or not isinstance(tickets, int) or not 1 <= tickets <= MAX_TICKETS:
-        raise BadTickets(f"tickets must be an integer from 1 to {MAX_TICKETS}, got {tickets!r}")
-    return tickets
+    """``tickets`` if it is a ticket count from 1 to MAX_TICKETS, else BadTickets."""
+    try:
+        return _check_ticket_count(tickets, maximum=MAX_TICKETS)
+    except InvalidTickets as exc:
+        raise BadTickets(str(exc)) from None
 
 
 def accelerate(engine, eid: str, tickets: int = 100) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import socket
 import time
 from datetime import UTC, datetime, timedelta
 
-from moirae.events import EventRecord
+from moirae.ingest.events import EventRecord
 
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 HOURS = 3  # 18 chunks of 10 minutes

@@ -7,22 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from api_helpers import HOURS, T0
 
 from archive.streams import StreamSpec
-from moirae import Engine
 from recall.operator import Recall
+from tests.api.api_helpers import HOURS, T0
 
 
 @pytest.fixture
-def engine(pg, tmp_path, monkeypatch):
+def engine(engine_factory):
     """An engine whose archive holds ``metrics`` (3 h, 3 servers) and whose Recall
     operator ``hist`` suspends after every chunk (feedback_period=1), so tasks stay open
     until steered."""
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    monkeypatch.delenv("MOIRAE_API_TOKEN", raising=False)
-    e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2, "tickets_per_result": 0})
+    e = engine_factory(archive={"chunk_span": "10m", "chunk_target_rows": 0},
+                       recall={"max_concurrent": 2, "tickets_per_result": 0})
     e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"},
                                                 indexes=[("sid",)]))
     n = HOURS * 360

@@ -2,7 +2,7 @@
 loopback port), and with nothing listening. The commands run in-process through
 ``moirae.cli.main`` (the same code as the console script), except one real subprocess
 that checks the exit status; one PostgreSQL backend suffices (the HTTP contract runs on
-both in test_api_steer)."""
+both in test_steer)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from api_helpers import add_event, free_port, suspended, wait_for
 
 from moirae.api import serve
 from moirae.cli import main
+from tests.api.api_helpers import add_event, free_port, suspended, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED = pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)

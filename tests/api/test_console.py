@@ -13,12 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_helpers import add_event, suspended, wait_for
 from fastapi.testclient import TestClient
 
 from moirae.api import ReadOnlyEngine, create_app
-from moirae.api.readonly import DbTail
+from moirae.read.readonly import DbTail
 from recall.api import Output, OutputKind
+from tests.api.api_helpers import add_event, suspended, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
@@ -58,8 +58,8 @@ def test_tail_publishes_rows_written_by_another_engine(engine):
     add_event(engine, "before", 100, submit=False)
     ro = ReadOnlyEngine(engine.settings, poll=None)
     try:
-        tail = DbTail(ro.db, ro.deploy.bus, incidents=ro.deploy.incidents)
-        sub = ro.deploy.bus.subscribe()
+        tail = DbTail(ro.db, ro.bus, incidents=ro.incidents)
+        sub = ro.bus.subscribe()
         assert tail.poll() == 0  # what was there before is not news
         rec = add_event(engine, "after", 110, sid="s2", submit=False)  # another server: its own incident
         engine.deploy.results.append(Output("hist", "after", rec.ts, OutputKind.INSERT, 0, "k", {"v": 1}, None))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from api_helpers import T0, add_event, suspended, wait_for
 
 from archive.streams import StreamSpec
-from moirae import Engine
 from recall.operator import Recall
+from tests.api.api_helpers import T0, add_event, suspended, wait_for
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -38,9 +38,9 @@ def test_suspended_tasks_past_the_feedback_timeout_are_discarded(engine):
 
 def test_the_configured_feedback_timeout_applies_to_operators_without_their_own(pg, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           archive={"chunk_span": "10m", "chunk_target_rows": 0},
-                           recall={"feedback_timeout": "1s", "feedback_period": 1})
+    e = make_engine(pg, tmp_path / "data",
+                    archive={"chunk_span": "10m", "chunk_target_rows": 0},
+                    recall={"feedback_timeout": "1s", "feedback_period": 1})
     try:
         e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"}))
         n = 3 * 360

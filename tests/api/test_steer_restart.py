@@ -5,9 +5,9 @@ resumed (as after a crash). What a restart resumes is ``EventLog.open_events()``
 from __future__ import annotations
 
 import pytest
-from api_helpers import add_event, suspended, wait_for
 
-from moirae import Engine
+from tests.api.api_helpers import add_event, suspended, wait_for
+from tests.engine_factory import make_engine
 
 pytestmark = pytest.mark.postgres
 
@@ -19,8 +19,7 @@ def test_restart_resumes_interrupted_recall_but_not_cancelled(engine, pg, tmp_pa
     assert engine.cancel("b") == 1
     assert engine.cancel_many(["c", "d"]) == {"c": 1, "d": 1}
     engine.close()  # "a" is still open: its recall is interrupted by the shutdown
-    again = Engine.from_config(None, data_dir=str(tmp_path / "data2"),
-                               postgres={"dsn": pg.dsn, "schema": pg.schema})
+    again = make_engine(pg, tmp_path / "data2")
     try:
         assert {r.eid for r in again.deploy.events.open_events()} == {"a"}
     finally:

@@ -1,4 +1,4 @@
-"""``moirae.views.apply_revisions``: replaying any sequence of recall outputs gives, per
+"""``moirae.read.views.apply_revisions``: replaying any sequence of recall outputs gives, per
 operator, the rows a consumer applying each revision in order would hold (M 4.6),
 whatever order the outputs arrive in, with the full history kept."""
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from moirae.views import apply_revisions
+from moirae.read.views import apply_revisions
 from recall.api import Output, OutputKind
 
 T = datetime(2024, 1, 1, tzinfo=UTC)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Screenshots of each step, linked from the README (issue 13); MOIRAE_SCREENSHOTS=DIR
+# Screenshots of each step, linked from the README; MOIRAE_SCREENSHOTS=DIR
 # writes them elsewhere (e.g. to keep a checkout's committed ones as they are).
 SHOTS = ROOT / (os.environ.get("MOIRAE_SCREENSHOTS") or "bench/results/console")
 

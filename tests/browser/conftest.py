@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from browser_helpers import SHOTS
+
+from tests.browser.browser_helpers import SHOTS
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -70,7 +71,7 @@ def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("browser")
     env = {k: v for k, v in os.environ.items() if k not in ("MOIRAE_PG_DSN", "MOIRAE_API_TOKEN")}
     log = open(tmp / "engine.log", "w+")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, str(HERE / "engine_child.py"), db.dsn, db.schema, str(tmp / "data")],
+    proc = subprocess.Popen([sys.executable, "-m", "tests.browser.engine_child", db.dsn, db.schema, str(tmp / "data")],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=env)
     try:
         lines = []
@@ -123,7 +124,7 @@ def browser():  # noqa: D401
 
 
 @pytest.fixture
-def small(pg, tmp_path, monkeypatch):
+def small(engine_factory):
     """A real engine without Spark queries (as tests/api/conftest.py): ``metrics`` archived
     for 3 hours of 3 servers, the ``overload`` incidents configured, and a Recall ``hist``
     that suspends after every chunk, served on a free port. Returns ``(engine, url)``."""
@@ -131,14 +132,11 @@ def small(pg, tmp_path, monkeypatch):
     import pandas as pd
 
     from archive.streams import StreamSpec
-    from moirae import Engine
     from moirae.api import serve
     from recall.operator import Recall
 
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    monkeypatch.delenv("MOIRAE_API_TOKEN", raising=False)
-    e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2, "tickets_per_result": 0})
+    e = engine_factory(archive={"chunk_span": "10m", "chunk_target_rows": 0},
+                       recall={"max_concurrent": 2, "tickets_per_result": 0})
     e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"}, indexes=[("sid",)]))
     n = 3 * 360
     rng = np.random.default_rng(7)

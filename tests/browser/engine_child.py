@@ -2,7 +2,7 @@
 the API and console served, for the browser tests. Prints ``READY <url>`` once every
 live query runs, then serves until stdin closes.
 
-``python tests/browser/engine_child.py DSN SCHEMA DATA_DIR``
+``python -m tests.browser.engine_child DSN SCHEMA DATA_DIR`` (from the repository root)
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1])]
 
 
 def _settle(get, timeout: float) -> bool:
@@ -34,7 +33,7 @@ def start(engine, tries: int = 10, timeout: float = 120.0) -> None:
     each live query whose Python worker missed Spark's fixed 10 s connect-back timeout
     (a loaded machine; bench/engine_e2e.py retries the same way)."""
     engine.start()
-    pairs = [*(((lambda s=s: s.query), (lambda s=s: engine._start_source(s))) for s in engine._sources.values()
+    pairs = [*(((lambda s=s: s.query), (lambda s=s: engine.sources.start(s))) for s in engine.sources.by_name.values()
                if s.query is not None),  # a source its event-query's read archives has no query of its own
              *(((lambda f=f: f.streaming), (lambda f=f: engine.deploy._start_flow(f)))
                for f in engine.deploy.flows.values())]
@@ -54,16 +53,16 @@ def start(engine, tries: int = 10, timeout: float = 120.0) -> None:
 
 
 def main() -> None:
-    from moirae import Engine
     from moirae.api import serve
     from moirae.scenarios import cluster
+    from tests.engine_factory import make_engine
 
     dsn, schema, data = sys.argv[1:4]
     out, sys.stdout = sys.stdout, sys.stderr  # stdout carries only the READY line
     warnings.simplefilter("ignore")
-    engine = Engine.from_config(None, data_dir=data, postgres={"dsn": dsn, "schema": schema},
-                                spark={"trigger": "1s", "master": "local[2]"},
-                                recall={"feedback_period": 4, "max_concurrent": 2})
+    engine = make_engine((dsn, schema), data,
+                         spark={"trigger": "1s", "master": "local[2]"},
+                         recall={"feedback_period": 4, "max_concurrent": 2})
     try:
         cluster.deploy(engine, live=True, progress=False, scenario_file=HERE / "cluster_small.yaml")
         start(engine)

@@ -17,7 +17,8 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from browser_helpers import (
+
+from tests.browser.browser_helpers import (
     SHOTS,
     attrs,
     click,

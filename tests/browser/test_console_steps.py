@@ -12,7 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from browser_helpers import (
+
+from moirae.ingest.events import EventRecord
+from recall.api import Output, OutputKind
+from tests.browser.browser_helpers import (
     SHOTS,
     attrs,
     click,
@@ -26,9 +29,6 @@ from browser_helpers import (
     value,
     wait,
 )
-
-from moirae.events import EventRecord
-from recall.api import Output, OutputKind
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres,
               pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)]

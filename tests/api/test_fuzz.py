@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
-from api_helpers import add_event
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from moirae.api import create_app
+from tests.api.api_helpers import add_event
 
 pytestmark = pytest.mark.postgres
 
 #: The live stream never ends, so it cannot be fuzzed by a client waiting for a whole
-#: response; its one parameter is checked by the guard (tests/api/test_api_hygiene.py).
+#: response; its one parameter is checked by the guard (tests/api/test_hygiene.py).
 STREAMING = "/api/stream"
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 
-from moirae.commands.registry import command
+from moirae.cli.commands.registry import command
 
 
 @command("console")
 def console(args) -> int:
     from moirae import config
-    from moirae.api import ReadOnlyEngine, serve
+    from moirae.api import serve
+    from moirae.read.readonly import ReadOnlyEngine
 
     settings = config.load(args.config)
     host = args.host or settings.api.host

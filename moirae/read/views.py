@@ -1,12 +1,11 @@
-"""JSON views of an engine's state, for the HTTP API and the console (DESIGN.md §1, §5).
+"""JSON views of an engine's state, for the HTTP API and the console.
 
-Every function takes an ``engine``: a running :class:`moirae.Engine`, or a
-:class:`moirae.api.readonly.ReadOnlyEngine` over the database of one that is not
-running in this process (then ``engine.deploy.manager`` is None: no live progress, no
-steering). They read only what the engine exposes: the event log
-(``engine.deploy.events``), the recall results table (``engine.deploy.results``), the
-Recall Manager's task statistics, the chunk catalog (``engine.archiver``) and the
-event-query's provenance graph (Ananke's ``GraphStore``).
+Every function takes an ``engine``: a :class:`~moirae.read.abc.ReadSurface`, either a
+running :class:`moirae.Engine` or a :class:`moirae.read.readonly.ReadOnlyEngine` over
+the database of one that is not running in this process (then it is not steerable: no
+live progress, no steering). They read only what the surface declares: the event log,
+the recall results table, the Recall Manager's task statistics, the chunk catalog and
+the event-query's provenance graph (Ananke's ``GraphStore``).
 
 Recall outputs are treated generically (M 4.6): per operator, inserts, updates and
 deletes keyed by ``key`` are replayed in ``seq`` order into the operator's *current*
@@ -35,6 +34,7 @@ from typing import Any
 
 from recall.api import Output, OutputKind
 from recall.outputs import jsonable
+from recall.revision_ops import apply_revision
 
 #: Row fields that may name the past event of a Similarity Recall output, in order.
 PAST_EID_FIELDS = ("past_eid", "similar_eid", "past_id", "eid")
@@ -46,7 +46,7 @@ STATUS_KEY = "__status__"
 
 def running(engine) -> bool:
     """Whether steering can act: an in-process engine with a Recall Manager."""
-    return getattr(engine.deploy, "manager", None) is not None
+    return engine.steerable()
 
 
 # -- events --------------------------------------------------------------------------
@@ -59,23 +59,23 @@ def event_summary(record) -> dict[str, Any]:
 def event_list(engine, event: str | None = None, since: datetime | None = None, until: datetime | None = None,
                limit: int = 50, offset: int = 0) -> dict[str, Any]:
     """Events newest first, filtered by event-query name and ``since <= ts < until``."""
-    records = engine.deploy.events.list(event, since, until, limit, offset)
+    records = engine.events.list(event, since, until, limit, offset)
     return {"events": [event_summary(r) for r in records], "limit": limit, "offset": offset,
             "count": len(records)}
 
 
 def event_detail(engine, eid: str) -> dict[str, Any] | None:
-    """Everything about one event (DESIGN.md §5 ``GET /api/events/{eid}``), or None if
+    """Everything about one event (``GET /api/events/{eid}``), or None if
     the event log has no such eid."""
-    record = engine.deploy.events.get(eid)
+    record = engine.events.get(eid)
     if record is None:
         return None
     # outputs reach the results table's queue before the bus: after a flush, the detail
     # holds everything a live-stream client has already seen
-    engine.deploy.results.flush(5.0)
-    outputs = engine.deploy.results.read(eid)
+    engine.results.flush(5.0)
+    outputs = engine.results.read(eid)
     results = apply_revisions(outputs)
-    for name in _similarity_operators(engine) & set(results):
+    for name in engine.similarity_operators() & set(results):
         results[name]["similarity"] = True
     boundary = next((o for o in reversed(outputs) if o.kind is OutputKind.BOUNDARY), None)
     return {
@@ -84,7 +84,7 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
         "surrounding": jsonable(record.surrounding),
         "similar": similar_events(engine, results),
         "similar_status": similarity_status(results),
-        "novel": (similarity_status(results) or {}).get("novel"),  # None until the search ends (issue 10 §4)
+        "novel": (similarity_status(results) or {}).get("novel"),  # None until the search ends
         "incident": _incident_of(engine, eid),
         "results": results,
         "progress": progress(engine, eid),
@@ -95,8 +95,7 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
 
 
 def _incident_of(engine, eid: str) -> str | None:
-    store = getattr(engine.deploy, "incidents", None)
-    return None if store is None else store.incident_of([eid]).get(eid)
+    return engine.incidents.incident_of([eid]).get(eid)
 
 
 # -- recall outputs: revisions into current results ---------------------------------
@@ -122,13 +121,10 @@ def apply_revisions(outputs: Iterable[Output]) -> dict[str, dict[str, Any]]:
         current: dict[str, dict] = {}
         covered = None
         for o in outs:
-            if o.kind is OutputKind.DELETE:
-                current.pop(o.key, None)
-            else:  # insert or update: the row now held under its key
-                current[o.key] = jsonable(dict(o.row))
+            apply_revision(current, o)
             if o.covered is not None:
                 covered = o.covered
-        rows = [{"key": k, "row": r} for k, r in current.items()]
+        rows = [{"key": k, "row": jsonable(r)} for k, r in current.items()]
         out[op] = {
             "similarity": any(_is_similarity_row(dict(o.row)) for o in outs),
             "current": rows,
@@ -137,14 +133,6 @@ def apply_revisions(outputs: Iterable[Output]) -> dict[str, dict[str, Any]]:
                          "covered": _interval(o.covered)} for o in outs],
         }
     return out
-
-
-def _similarity_operators(engine) -> set[str]:
-    """Names of the live engine's Similarity Recall operators (none in a read-only view)."""
-    manager = getattr(engine.deploy, "manager", None)
-    if manager is None:
-        return set()
-    return {d.operator for d in manager.descriptions() if "Similarity" in type(d.recall_operator).__name__}
 
 
 def _is_similarity_row(row: dict) -> bool:
@@ -165,7 +153,7 @@ def similar_events(engine, results: dict[str, dict[str, Any]]) -> list[dict[str,
             if not _is_similarity_row(row):  # e.g. the operator's status row (how its search ended)
                 continue
             past_eid = next((str(row[f]) for f in PAST_EID_FIELDS if row.get(f) is not None), item["key"])
-            past = engine.deploy.events.get(past_eid)
+            past = engine.events.get(past_eid)
             score = next((row[f] for f in SCORE_FIELDS if row.get(f) is not None), None)
             resolution = row.get("resolution") or row.get("surrounding") or None
             if resolution is None and past is not None:
@@ -191,9 +179,9 @@ _SHOWN = {*PAST_EID_FIELDS, *SCORE_FIELDS, "past_ts", "ts", "context", "resoluti
 def _recorded_resolutions(engine, similar: list[dict[str, Any]]) -> None:
     """A resolution recorded by on-call for a past incident (``POST .../resolve``) is
     that incident's resolution (M 3.3): it replaces what the archive says."""
-    store = getattr(engine.deploy, "incidents", None)
-    if store is None or not similar:
+    if not similar:
         return
+    store = engine.incidents
     ids = {s["eid"] for s in similar} | {str(s["extra"]["incident"]) for s in similar if s["extra"].get("incident")}
     notes = store.resolutions(ids)
     for s in similar:
@@ -218,26 +206,23 @@ def similarity_status(results: dict[str, dict[str, Any]]) -> dict[str, Any] | No
 def progress(engine, eid: str) -> list[dict[str, Any]]:
     """Per recall task of ``eid``: chunks done out of total, tickets, state (empty when
     no engine runs in this process, or once the task statistics are reaped)."""
-    manager = getattr(engine.deploy, "manager", None)
-    return [] if manager is None else [t.as_dict() for t in manager.tasks(eid)]
+    return [t.as_dict() for t in engine.tasks(eid)]
 
 
 def scheduler_tasks(engine) -> dict[str, Any]:
     """Every recall task the manager knows (open, and recently ended), with its event."""
-    manager = getattr(engine.deploy, "manager", None)
-    if manager is None:
+    state = engine.scheduler_state()
+    if state is None:
         return {"engine_running": False, "tasks": [], "running_queries": 0}
-    return {"engine_running": True, "tasks": [t.as_dict() for t in manager.tasks()],
-            "running_queries": manager.running(), "max_concurrent": manager.max_concurrent,
-            "open_events": manager.open_events()}
+    return {"engine_running": True, "tasks": [t.as_dict() for t in engine.tasks()], **state}
 
 
 # -- the archive ----------------------------------------------------------------------
 
 def chunk_catalog(engine, stream: str | None = None) -> dict[str, Any]:
-    """The chunk catalog (DESIGN.md §3): per chunk its stream, interval, tier, rows,
-    late rows, indexes and materializations, newest first."""
-    chunks = engine.archiver.chunks(stream)
+    """The chunk catalog: per chunk its stream, interval, tier, rows, late rows,
+    indexes and materializations, newest first."""
+    chunks = engine.archive.chunks(stream)
     return {"chunks": [{"stream": c.stream, "chunk_id": c.chunk_id, "start": _iso(c.start), "end": _iso(c.end),
                         "tier": c.tier.value, "rows": c.rows, "late_rows": c.late_rows,
                         "indexes": list(c.indexes), "materialized": list(c.materialized)} for c in chunks],
@@ -246,31 +231,20 @@ def chunk_catalog(engine, stream: str | None = None) -> dict[str, Any]:
 
 # -- provenance (A 3, 5) ------------------------------------------------------------
 
-def graph_of(engine, event: str):
-    """The event-query's provenance GraphStore, or None (provenance off / unknown)."""
-    flow = getattr(engine.deploy, "flows", {}).get(event)
-    if flow is not None:
-        return flow.graph
-    finder = getattr(engine.deploy, "graph", None)  # the read-only view finds it in the database
-    return finder(event) if finder is not None else None
-
-
 def provenance(engine, record) -> dict[str, Any]:
     """The source tuples that contributed to the event (backward provenance through
     the event-query's Ananke graph) and, per tuple, whether it is expired (A 3: it can
     contribute to no future alert). The tuples' payload is read back from the archive."""
-    graph = graph_of(engine, record.event)
+    graph = engine.provenance_graph(record.event)
     if graph is None:
         return {"available": False, "sources": []}
-    eq = getattr(engine.deploy, "event_queries", {}).get(record.event)
-    eid_col = eq.eid if eq is not None else "eid"
-    rows = _source_rows(graph, eid_col, record.eid)
+    inputs = engine.event_inputs(record.event)
+    rows = _source_rows(graph, inputs[0] if inputs is not None else "eid", record.eid)
     sources = [{"source_id": sid, "ts": _iso(ts), "expired": expired, "stream": None, "row": None}
                for sid, ts, expired in rows]
     if sources:
-        streams = list(eq.inputs) if eq is not None else [s.name for s in engine.archiver.streams()
-                                                           if s.kind == "raw"]
-        _attach_tuples(engine.archiver, streams, sources, [r[1] for r in rows])
+        streams = inputs[1] if inputs is not None else [s.name for s in engine.archive.streams() if s.kind == "raw"]
+        _attach_tuples(engine.archive, streams, sources, [r[1] for r in rows])
     return {"available": True, "sources": sources,
             "expired": sum(s["expired"] for s in sources), "alive": sum(not s["expired"] for s in sources)}
 
@@ -292,12 +266,12 @@ def _source_rows(graph, eid_col: str, eid: str) -> list[tuple[int, datetime, boo
         conn.close()
 
 
-def _attach_tuples(archiver, streams: list[str], sources: list[dict], times: list[datetime]) -> None:
+def _attach_tuples(archive, streams: list[str], sources: list[dict], times: list[datetime]) -> None:
     wanted = {s["source_id"]: s for s in sources}
     lo, hi = min(times), max(times) + timedelta(microseconds=1)
     for stream in streams:
         try:
-            frame = archiver.read(stream, lo, hi, with_ids=True)
+            frame = archive.read(stream, lo, hi, with_ids=True)
         except LookupError:  # the stream is unknown to this archive
             continue
         for row in frame.to_dict("records"):

@@ -7,11 +7,11 @@ with a 422 in words, and a resolution shows in a later event's similar list."""
 from __future__ import annotations
 
 import pytest
-from api_helpers import add_event
 from fastapi.testclient import TestClient
 
 from moirae.api import create_app
 from recall.api import Output, OutputKind
+from tests.api.api_helpers import add_event
 
 pytestmark = pytest.mark.postgres
 

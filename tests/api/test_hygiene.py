@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from api_helpers import add_event
 from fastapi.testclient import TestClient
 
 from moirae.api import create_app, serve
+from tests.api.api_helpers import add_event
 
 pytestmark = pytest.mark.postgres
 

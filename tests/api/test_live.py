@@ -12,11 +12,11 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
-from api_helpers import wait_for
 from pyspark.sql import functions as F
 
-from moirae import Engine
 from moirae.api import serve
+from tests.api.api_helpers import wait_for
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -32,8 +32,8 @@ def test_live_alerts_stream_and_carry_provenance(spark, pg, tmp_path, monkeypatc
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     inp = tmp_path / "in"
     inp.mkdir()
-    e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           spark={"trigger": "300ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
+    e = make_engine(pg, tmp_path / "data",
+                    spark={"trigger": "300ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
     server = None
     try:
         rng = np.random.default_rng(1)

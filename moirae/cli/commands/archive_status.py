@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from moirae.commands.registry import command, print_json
-from moirae.status_view import render_status
+from moirae.cli.commands.registry import command, print_json
+from moirae.read.status_view import render_status
 
 
 @command("archive status")
 def archive_status(args) -> int:
     from moirae import config
-    from moirae.store import open_archiver
+    from moirae.runtime.store import open_archiver
 
     archiver = open_archiver(config.load(args.config))
     try:

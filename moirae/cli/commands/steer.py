@@ -1,5 +1,5 @@
 """``moirae cancel EID [EID ...]`` and ``moirae accelerate EID [--tickets N]``: steer a
-running engine through its HTTP API (M 4.4; DESIGN.md §4 flow 6) and print what
+running engine through its HTTP API (M 4.4) and print what
 changed. Several event ids are cancelled in one request (``POST /api/events/cancel``).
 
 The address is the configuration's ``api.host`` / ``api.port``; the token comes from
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from moirae.commands.registry import command
+from moirae.cli.commands.registry import command
 
 
 def _client(args):

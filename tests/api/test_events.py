@@ -7,11 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from api_helpers import T0, add_event, suspended, wait_for
 from fastapi.testclient import TestClient
 
 from moirae.api import create_app
 from recall.api import Interval, Output, OutputKind
+from tests.api.api_helpers import T0, add_event, suspended, wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
-from api_helpers import add_event, wait_for
 
 from moirae.api import serve
 from recall.api import Interval, Output, OutputKind
+from tests.api.api_helpers import add_event, wait_for
 
 pytestmark = pytest.mark.postgres
 

@@ -5,28 +5,28 @@ paper's server cluster, its history loaded into the archive once and its overloa
 history materialized; ``host``: this machine), deploys the paper's example queries
 (M fig. 1-4), serves the HTTP API and console, shows one block per incident with the
 current top-k similar past incidents and the norm's latest estimate, refreshed as
-revisions arrive (:mod:`moirae.alert_board`), and ends with the final blocks and a
+revisions arrive (:mod:`moirae.cli.board`), and ends with the final blocks and a
 summary.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 
-from moirae.alert_board import BoardPrinter
-from moirae.cli import install_sigterm
-from moirae.commands.registry import command
-from moirae.status_view import render_status
+from moirae.cli.board import BoardPrinter
+from moirae.cli.commands.registry import command
+from moirae.read.status_view import render_status
 
 
 def summary(engine, alerts: int) -> dict:
-    tasks = engine.deploy.manager.tasks()
+    tasks = engine.tasks()
     states: dict[str, int] = {}
     for t in tasks:
         if not t.operator.startswith("replica_"):
             states[t.state.value] = states.get(t.state.value, 0) + 1
-    lat = list(engine.deploy.alert_latencies)
+    lat = engine.alert_latencies()
     status = engine.status()
     return {
         "alerts": alerts,
@@ -36,6 +36,11 @@ def summary(engine, alerts: int) -> dict:
         "archive_totals": status["totals"],
         "archive_waits": status["live"]["archive_waits"],
     }
+
+
+def install_sigterm() -> None:
+    """Treat SIGTERM like Ctrl-C so `run` stops cleanly and prints its summary."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
 
 @command("run")

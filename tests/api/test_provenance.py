@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from api_helpers import T0, add_event
 from fastapi.testclient import TestClient
 
 from ananke.items import Edge, Label, SinkVertex, SourceVertex
 from ananke.store import GraphStore
 from moirae.api import ReadOnlyEngine, create_app
+from tests.api.api_helpers import T0, add_event
 
 pytestmark = pytest.mark.postgres
 

@@ -11,13 +11,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from moirae.commands.registry import command
+from moirae.cli.commands.registry import command
 
 
 @command("rematerialize")
 def rematerialize_cmd(args) -> int:
     from moirae import Engine
-    from moirae.materialize import rematerialize
+    from moirae.materialize.replica import rematerialize
     from moirae.scenarios import deploy
 
     overrides = {"scenario": args.scenario} if args.scenario else {}
@@ -38,11 +38,11 @@ def rematerialize_cmd(args) -> int:
                 bar.update(task, completed=done, total=total, events=rows["events"],
                            rate=f"{done / elapsed:.1f} chunks/s")
 
-            results = rematerialize(engine, args.query, args.since, args.until, resume=args.resume,
+            results = rematerialize(engine.materializer, args.query, args.since, args.until, resume=args.resume,
                                     on_chunk=tick, batch=args.batch)
         print(f"rematerialized {len(results)} chunks of {args.query!r}: {rows['events']} events, "
               f"{rows['context']} context tuples")
-        builder = engine.deploy.indexes
+        builder = engine.index_builds
         if builder.pending():  # the rewritten chunks' similarity indexes, built in the background meanwhile
             print(f"building the similarity indexes of {builder.pending()} more chunk(s)", flush=True)
             builder.drain()

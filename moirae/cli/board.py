@@ -1,4 +1,4 @@
-"""The terminal printout of ``moirae run``: one block per incident (issue 10 §5, 13 §3).
+"""The terminal printout of ``moirae run``: one block per incident.
 
 Alerts of one key in consecutive windows are one incident (:mod:`similarity.incidents`),
 so the terminal shows incidents, not windows. Each block holds:
@@ -12,8 +12,8 @@ so the terminal shows incidents, not windows. Each block holds:
 - the *current* top-k similar past incidents of the latest alert, sorted by score,
   each with its resolution and top shared terms (:mod:`similarity.explain`).
 
-:class:`Board` holds that state, applying each output's revisions (an INSERT replaces
-the row under its key, a DELETE removes it), so a block never shows a retracted or
+:class:`Board` holds that state, applying each output's revisions
+(:func:`recall.revision_ops.apply_revision`), so a block never shows a retracted or
 duplicate row. It keeps the incidents with the latest alerts, within bounds, so a run
 of weeks does not grow it without end. :class:`BoardPrinter` follows the engine's bus:
 on a terminal it redraws the blocks of the latest alerted incidents in place (rich
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from recall.api import OutputKind
+from recall.revision_ops import apply_revision
 
 STATUS_KEY = "__status__"
 
@@ -111,11 +112,7 @@ class Board:
             if item.kind is OutputKind.INSERT:  # a partial status is replaced by DELETE + INSERT
                 alert.status[op] = dict(item.row)
         else:
-            held = (alert.similar if op in self.similarity else alert.recall).setdefault(op, {})
-            if item.kind is OutputKind.DELETE:
-                held.pop(item.key, None)
-            else:
-                held[item.key] = dict(item.row)
+            apply_revision((alert.similar if op in self.similarity else alert.recall).setdefault(op, {}), item)
         if item.covered is not None:
             alert.covered[op] = item.covered
         return iid
@@ -178,15 +175,17 @@ class Board:
 
 
 class BoardPrinter:
-    """Follows an engine's bus and shows the :class:`Board` (module doc)."""
+    """Follows an engine's bus and shows the :class:`Board` (module doc). ``engine`` is
+    a :class:`~moirae.read.abc.ReadSurface`: its bus, Similarity Recall operators and
+    incident store."""
 
     def __init__(self, engine, live: bool | None = None, out=None) -> None:
         from rich.console import Console
 
         self.console = Console(file=out) if out is not None else Console()
         self.live_mode = self.console.is_terminal if live is None else live
-        self.sub = engine.deploy.manager.bus.subscribe()
-        self.board = Board(_similarity_ops(engine), _incident_of(engine))
+        self.sub = engine.bus.subscribe()
+        self.board = Board(engine.similarity_operators(), _incident_of(engine.incidents))
         self._printed: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="moirae-alert-board", daemon=True)
@@ -252,31 +251,20 @@ class BoardPrinter:
             self._printed = {i: t for i, t in self._printed.items() if i in self.board.blocks}
 
 
-def _similarity_ops(engine) -> set[str]:
-    ops = getattr(engine.deploy, "ops", {})
-    return {n for n, op in ops.items() if type(op).__name__ == "SimilarityRecall"}
-
-
-def _incident_of(engine) -> Callable[[Mapping[str, Any]], str]:
+def _incident_of(store) -> Callable[[Mapping[str, Any]], str]:
     """An alert's incident by the incident store's rule, applied as alerts arrive (the
     same rule and ids as the store: the eid of the incident's first alert)."""
-    import pandas as pd
+    from similarity.incidents import LiveIncidents
 
-    from moirae.incidents import CLOSE_AFTER_STEPS
-    from similarity.incidents import IncidentTracker
-
-    trackers: dict[str, IncidentTracker] = {}
-    store = engine.deploy.incidents
+    live = LiveIncidents(lambda event, attrs: store.config(event, attrs).rule)
 
     def of(msg: Mapping[str, Any]) -> str:
         event, attrs = str(msg.get("event", "")), dict(msg.get("attrs") or {})
         try:
-            cfg = store.config(event, attrs)
-            tr = trackers.setdefault(event, IncidentTracker(cfg.rule))
-            incident = tr.assign(str(msg["eid"]), cfg.rule.key_of(attrs), msg["ts"]).incident
-            tr.close_before(pd.Timestamp(msg["ts"]) - (CLOSE_AFTER_STEPS - 1) * cfg.rule.step)  # as the store
+            incident = live.assign(event, str(msg["eid"]), attrs, msg["ts"]).incident
+            live.close(event, msg["ts"])  # as the store
             return incident
-        except Exception:  # an alert without the key attributes is its own incident
+        except Exception:  # an alert the rule cannot place is its own incident
             return str(msg["eid"])
 
     return of

@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from api_helpers import add_event, suspended, wait_for
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moirae.api import create_app
+from tests.api.api_helpers import add_event, suspended, wait_for
 
 pytestmark = pytest.mark.postgres
 _ids = itertools.count()

@@ -5,7 +5,6 @@ configured on loopback is required too. Reads stay open."""
 from __future__ import annotations
 
 import pytest
-from api_helpers import add_event, suspended, wait_for
 from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +13,7 @@ from moirae import config
 from moirae.api import ApiError, create_app, serve
 from moirae.api.auth import token_matches
 from moirae.config import ConfigError
+from tests.api.api_helpers import add_event, suspended, wait_for
 
 TOKEN = "s3cret-token"
 

@@ -1,4 +1,4 @@
-"""JSON views of incidents for the API and console (issue 13): an incident with what
+"""JSON views of incidents for the API and console: an incident with what
 the on-call page draws of it.
 
 - the **norm** of its opening event (the Recall whose rows carry ``mean_<m>`` and
@@ -15,9 +15,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from archive.names import quote
-from moirae import views
-from moirae.incidents import metric_of, norm_of
+from moirae.incidents.store import metric_of, norm_of
+from moirae.read import archive_view, views
 
 #: history shown before the incident's first window and after its last event
 BEFORE, AFTER = timedelta(minutes=30), timedelta(minutes=15)
@@ -26,16 +25,16 @@ MAX_POINTS = 1500
 
 
 def incident_detail(engine, incident: str) -> dict[str, Any]:
-    """The incident (raises :class:`moirae.incidents.NoSuchIncident`) with its norm,
+    """The incident (raises :class:`moirae.incidents.store.NoSuchIncident`) with its norm,
     current value and chart series."""
-    store = engine.deploy.incidents
+    store = engine.incidents
     inc = store.get(incident)
     cfg = store.config(inc["event"])
     norm = norm_for(engine, incident, cfg.norm, cfg.metric)
     latest = inc["events"][-1] if inc["events"] else None
     current = None
     if latest is not None:
-        rec = engine.deploy.events.get(latest["eid"])
+        rec = engine.events.get(latest["eid"])
         value = latest["value"]
         if value is None and rec is not None:
             value = metric_of(rec.attrs, norm["metric"] if norm else "", cfg.metric) if (norm or cfg.metric) else None
@@ -49,8 +48,8 @@ def incident_detail(engine, incident: str) -> dict[str, Any]:
 
 def norm_for(engine, eid: str, operator: str | None, metric: str | None) -> dict[str, Any] | None:
     """The current norm of event ``eid`` (mean, sd, n, the history it covers), or None."""
-    engine.deploy.results.flush(5.0)  # outputs already on the bus are in the table
-    results = views.apply_revisions(engine.deploy.results.read(eid))
+    engine.results.flush(5.0)  # outputs already on the bus are in the table
+    results = views.apply_revisions(engine.results.read(eid))
     for op, res in results.items():
         if operator is not None and op != operator:
             continue
@@ -71,17 +70,12 @@ def series(engine, inc: dict[str, Any], cfg) -> dict[str, Any] | None:
     if cfg.series is None or len(cfg.rule.keys) != 1:
         return None
     stream, column = cfg.series
-    try:
-        spec = engine.archiver.stream(stream)
-    except LookupError:
-        return None
     start = datetime.fromisoformat(inc["start"]) - cfg.rule.window - BEFORE
     end = min(datetime.fromisoformat(inc["last_event"]) + AFTER, start + MAX_SPAN)
-    ts, key = quote(spec.ts_col), quote(cfg.rule.keys[0])
-    with engine.archiver.db.connection() as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT {ts}, {quote(column)} FROM {quote(stream)} WHERE {ts} >= %s AND {ts} <= %s "
-                    f"AND {key}::text = %s ORDER BY {ts}", (start, end, inc["key"]))
-        rows = cur.fetchall()
+    try:
+        rows = archive_view.series(engine.archive, stream, column, cfg.rule.keys[0], inc["key"], start, end)
+    except LookupError:
+        return None
     step = max(1, len(rows) // MAX_POINTS)
     points = [[t.isoformat(), float(v)] for t, v in rows[::step] if v is not None]
     return {"stream": stream, "column": column, "start": start.isoformat(), "end": end.isoformat(),

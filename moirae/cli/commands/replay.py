@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from moirae.commands.registry import command, print_json
-from moirae.base.errors import MoiraeError
+from moirae.cli.commands.registry import command, print_json
+from moirae.cli.errors import ReplayFlagError, ReplayMismatch
 
 #: Flags that shape the delivery order (their defaults when not given).
 DISORDER_DEFAULTS = {"out_of_order": 0.0, "min_delay": 0.0, "max_delay": 2000.0, "distribution": "uniform",
@@ -48,14 +48,6 @@ REPLAYS_DDL = """CREATE TABLE IF NOT EXISTS moirae_replays (
     rows         bigint NOT NULL,
     started_at   timestamptz NOT NULL DEFAULT now()
 )"""
-
-
-class ReplayFlagError(MoiraeError, ValueError):
-    """A flag that would have no effect in this combination (names the flag)."""
-
-
-class ReplayMismatch(MoiraeError, ValueError):
-    """A stream already holding a replay of another file or with other options."""
 
 
 def _flag(name: str) -> str:
@@ -167,7 +159,7 @@ def replay_into(archiver, stream: str, replay, speedup, sleep=time.sleep, finger
 
 
 def settle(archiver, stream: str, event_times, max_delay_ms: float) -> None:
-    """Tier the replayed stream by its own watermark (DESIGN §3: a stream that no
+    """Tier the replayed stream by its own watermark (a stream that no
     instrumented query reads uses its own watermark, U = 0): the newest event time
     delivered less the replay's largest delay, before which every row has arrived.
     Chunks wholly before it leave the present tier, and all but the newest R recent
@@ -214,7 +206,7 @@ def replay_cmd(args) -> int:
     stream = _value(args, "stream", WRITE_DEFAULTS)
     replay = replay_file(args.file, config)  # validates everything before the archive is touched
     from moirae import config as config_mod
-    from moirae.store import open_archiver
+    from moirae.runtime.store import open_archiver
 
     archiver = open_archiver(config_mod.load(args.config))
     try:

@@ -1,27 +1,30 @@
-"""A read-only view of an engine's database, for ``moirae console`` when no engine runs
-in this process.
+"""The read-only engine: :class:`~moirae.read.abc.EngineSurface` over the database of an
+engine that does not run in this process, for ``moirae console``.
 
-It offers what :mod:`moirae.views` reads from an engine: the event log, the recall
-results table, the chunk catalog and the provenance graphs of event-queries (found by
-their tables, ``ank_<event>_vertex``). There is no Recall Manager (``deploy.manager``
-is None): progress is empty and steering answers 409. The live stream is fed by
-:class:`DbTail`, which polls the event log and the results table for rows written by an
-engine in another process and publishes them on ``deploy.bus``.
+It reads the event log, the recall results table, the incident store, the chunk catalog
+and the provenance graphs of event-queries (found by their tables,
+``ank_<event>_vertex``). There is no Recall Manager: it is not steerable, its task list
+is empty and steering raises :class:`~moirae.read.abc.EngineNotRunning` (HTTP 409). Its
+bus is fed by :class:`DbTail`, which polls the event log, the results table and the
+incident store for rows written by an engine in another process.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from ananke.store import GraphStore
 from archive import Archiver, Database
-from moirae.events import EventLog, EventRecord
-from moirae.incidents import IncidentStore
-from moirae.store import database_dsn
+from moirae.incidents.store import IncidentStore
+from moirae.ingest.events import EventLog, EventRecord
+from moirae.read.errors import EngineNotRunning
+from moirae.runtime.store import database_dsn
 from recall.api import Interval, Output, OutputKind
-from recall.outputs import TABLE, Bus, ResultsTable
+from recall.outputs import TABLE, Bus, StoredOutputs
 
 log = logging.getLogger(__name__)
 
@@ -30,61 +33,102 @@ log = logging.getLogger(__name__)
 LOOKBACK = timedelta(seconds=30)
 
 
-class _Deploy:
-    """The parts of the Deploy Manager a read-only view has."""
-
-    manager = None
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.events = EventLog(db)
-        self.incidents = IncidentStore(db, publish=None, events=self.events)  # read only: no events recorded here
-        self.results = ResultsTable(db)
-        self.bus = Bus()
-        self.flows: dict = {}
-        self.event_queries: dict = {}
-        self._graphs: dict[str, GraphStore | None] = {}
-
-    def graph(self, event: str) -> GraphStore | None:
-        """The provenance graph of event-query ``event``, if its tables exist."""
-        if event not in self._graphs:
-            store = None
-            try:
-                store = GraphStore(self.db.connect, prefix=f"ank_{event}", borrow=self.db.connection)
-            except ValueError:  # not a valid prefix: no graph
-                pass
-            if store is not None:
-                with self.db.connection() as conn, conn.cursor() as cur:
-                    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (store.v,))
-                    if not cur.fetchone()[0]:
-                        store = None
-            self._graphs[event] = store
-        return self._graphs[event]
-
-
 class ReadOnlyEngine:
-    """What the API needs of an engine, read from the database ``settings`` name."""
+    """The :class:`~moirae.read.abc.EngineSurface` over the database ``settings`` name,
+    of an engine that does not run in this process (module doc)."""
 
     def __init__(self, settings, poll: float | None = 1.0) -> None:
         self.settings = settings
-        dsn = database_dsn(settings)
-        self.db = Database(dsn, schema=settings.postgres.schema)
-        self.archiver = Archiver(self.db, settings.archive.settings())
-        self.deploy = _Deploy(self.db)
-        self.started = False
-        self.tail = DbTail(self.db, self.deploy.bus, poll, self.deploy.incidents) if poll else None
+        self.db = Database(database_dsn(settings), schema=settings.postgres.schema)
+        self._archiver = Archiver(self.db, settings.archive.settings())
+        self._events = EventLog(self.db)
+        # read only: this process records no events, so the store publishes nothing
+        self._incidents = IncidentStore(self.db, publish=None, events=self._events)
+        self._results = StoredOutputs(self.db)
+        self._bus = Bus()
+        self._graphs: dict[str, GraphStore | None] = {}
+        self.tail = DbTail(self.db, self._bus, poll, self._incidents) if poll else None
         if self.tail is not None:
             self.tail.start()
 
-    def status(self):
-        return self.archiver.status()
+    # -- ReadSurface ----------------------------------------------------------------
+
+    @property
+    def events(self) -> EventLog:
+        return self._events
+
+    @property
+    def results(self) -> StoredOutputs:
+        return self._results
+
+    @property
+    def incidents(self) -> IncidentStore:
+        return self._incidents
+
+    @property
+    def bus(self) -> Bus:
+        return self._bus
+
+    @property
+    def archive(self) -> Archiver:
+        return self._archiver
+
+    def steerable(self) -> bool:
+        return False
+
+    def tasks(self, eid: str | None = None) -> list:
+        return []
+
+    def scheduler_state(self) -> None:
+        return None
+
+    def similarity_operators(self) -> set[str]:
+        return set()
+
+    def provenance_graph(self, event: str) -> GraphStore | None:
+        """The provenance graph of event-query ``event``, if its tables
+        (``ank_<event>_vertex``, ...) exist in the database."""
+        if event not in self._graphs:
+            self._graphs[event] = self._find_graph(event)
+        return self._graphs[event]
+
+    def _find_graph(self, event: str) -> GraphStore | None:
+        try:
+            store = GraphStore(self.db.connect, prefix=f"ank_{event}", borrow=self.db.connection)
+        except ValueError:  # not a valid prefix: no graph
+            return None
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (store.v,))
+            return store if cur.fetchone()[0] else None
+
+    def event_inputs(self, event: str) -> None:
+        return None  # the event-queries are the running engine's, not in the database
+
+    def status(self) -> dict[str, Any]:
+        return self._archiver.status()
+
+    def live_status(self) -> None:
+        return None  # no live path in this process
+
+    # -- SteerSurface: nothing to steer here -------------------------------------------
+
+    def cancel(self, eid: str) -> int:
+        raise EngineNotRunning(f"no engine is running in this process; cannot steer event {eid!r}")
+
+    def cancel_many(self, eids: Iterable[str]) -> dict[str, int]:
+        raise EngineNotRunning("no engine is running in this process; cannot steer")
+
+    def accelerate(self, eid: str, tickets: int = 100) -> int:
+        raise EngineNotRunning(f"no engine is running in this process; cannot steer event {eid!r}")
+
+    # -- lifecycle ------------------------------------------------------------------
 
     def close(self) -> None:
         if self.tail is not None:
             self.tail.stop()
-        self.deploy.bus.close()
-        self.deploy.results.close()
-        self.archiver.close()
+        self._bus.close()
+        self._results.close()
+        self._archiver.close()
 
     def __enter__(self) -> ReadOnlyEngine:
         return self

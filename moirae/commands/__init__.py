@@ -1,3 +1,0 @@
-"""One module per CLI command; importing this package registers them all."""
-
-from moirae.commands import archive_status, console, rematerialize, replay, run, steer  # noqa: F401

@@ -1,0 +1,109 @@
+"""The one surface the fronts ask of an engine.
+
+The fronts (the CLI, the HTTP API, the console, the terminal board and the read-only
+console) call only what :class:`EngineSurface` declares: :class:`ReadSurface` for what
+they show and :class:`SteerSurface` for steering (M 4.4). Two classes implement it:
+
+- :class:`moirae.Engine`, the engine running in this process (steerable);
+- :class:`moirae.read.readonly.ReadOnlyEngine`, a view over the database of an engine
+  that does not run in this process (``moirae console``): it has no Recall Manager, so
+  :meth:`ReadSurface.steerable` is False, :meth:`ReadSurface.tasks` is empty and every
+  steering call raises :class:`EngineNotRunning`.
+
+``tests/api/test_surface.py`` checks that both implement every member with a compatible
+signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from moirae.read.errors import EngineNotRunning
+
+__all__ = ["EngineNotRunning", "EngineSurface", "ReadSurface", "SteerSurface"]
+
+if TYPE_CHECKING:
+    from ananke.store import GraphStore
+    from archive import Archiver
+    from moirae.config import Settings
+    from moirae.incidents.store import IncidentStore
+    from moirae.ingest.events import EventLog
+    from recall.outputs import Bus, StoredOutputs
+    from recall.task import TaskView
+
+
+@runtime_checkable
+class ReadSurface(Protocol):
+    """What the fronts read: the event log, the recall results, incidents, the archive,
+    the live bus and the Recall Manager's tasks."""
+
+    @property
+    def settings(self) -> Settings:
+        """The engine's configuration (``api``, ``data_dir``, ``scenario``, ...)."""
+
+    @property
+    def events(self) -> EventLog:
+        """The event log (``get``, ``list``, ``known``)."""
+
+    @property
+    def results(self) -> StoredOutputs:
+        """The recall results table (``flush``, ``read``)."""
+
+    @property
+    def incidents(self) -> IncidentStore:
+        """The incident store (list, get, acknowledge, resolve, resolutions)."""
+
+    @property
+    def bus(self) -> Bus:
+        """The bus of new events, recall outputs and incident updates (the live stream)."""
+
+    @property
+    def archive(self) -> Archiver:
+        """The archive; the fronts only read it (``status``, ``chunks``, ``stream``,
+        ``streams``, ``read``; :mod:`moirae.read.archive_view` for dead letters and series)."""
+
+    def steerable(self) -> bool:
+        """Whether steering can act: an engine with a Recall Manager runs in this process."""
+
+    def tasks(self, eid: str | None = None) -> list[TaskView]:
+        """The Recall Manager's tasks (of ``eid``, or all); empty without a manager."""
+
+    def scheduler_state(self) -> dict[str, Any] | None:
+        """``running_queries``, ``max_concurrent`` and ``open_events`` of the Recall
+        Manager, or None without one."""
+
+    def similarity_operators(self) -> set[str]:
+        """The names of the Similarity Recall operators (M 3.4) known here."""
+
+    def provenance_graph(self, event: str) -> GraphStore | None:
+        """The provenance graph of event-query ``event`` (A 3), or None."""
+
+    def event_inputs(self, event: str) -> tuple[str, list[str]] | None:
+        """The event-query's eid column and input streams, or None when unknown here."""
+
+    def status(self) -> dict[str, Any]:
+        """The archive's status, with the live path's under ``live`` when there is one."""
+
+    def live_status(self) -> dict[str, Any] | None:
+        """The live path's health (archive waits, event-queries, workers), or None."""
+
+
+@runtime_checkable
+class SteerSurface(Protocol):
+    """Steering an event's recall (M 4.4). A surface that is not :meth:`ReadSurface.steerable`
+    raises :class:`EngineNotRunning`."""
+
+    def cancel(self, eid: str) -> int:
+        """Cancel every recall task of ``eid``; returns how many were cancelled."""
+
+    def cancel_many(self, eids: Iterable[str]) -> dict[str, int]:
+        """Cancel the recall of several events at once; cancelled tasks per event."""
+
+    def accelerate(self, eid: str, tickets: int = 100) -> int:
+        """Give every recall task of ``eid`` ``tickets`` more; returns how many."""
+
+
+@runtime_checkable
+class EngineSurface(ReadSurface, SteerSurface, Protocol):
+    """Everything a front may ask of an engine (module doc)."""
