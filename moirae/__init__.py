@@ -11,7 +11,7 @@ __all__ = ["Engine", "EngineError", "MoiraeError"]
 
 def __getattr__(name: str):
     if name in ("Engine", "EngineError"):
-        from moirae import engine
+        from moirae.engine import engine
 
         return getattr(engine, name)
     raise AttributeError(f"module 'moirae' has no attribute {name!r}")

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from archive.settings import DEFAULT_CHUNK_TARGET_ROWS, ArchiveSettings
+from moirae.base.durations import parse_duration
 from moirae.base.errors import MoiraeError
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "config" / "moirae.yaml"
@@ -30,23 +31,6 @@ DEFAULTS = Path(__file__).resolve().parent.parent / "config" / "moirae.yaml"
 
 class ConfigError(MoiraeError, ValueError):
     """A configuration file with an unknown key or a bad value; names both."""
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> timedelta:
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        return timedelta(seconds=value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise ValueError(f"not a duration (like 500ms, 30s, 5m, 1h, 2d): {value!r}")
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
 
 
 def _positive(v, key):
@@ -130,15 +114,18 @@ class RecallConfig:
 
 
 @dataclass(frozen=True)
-class SimilarityConfig:
+class SimilaritySettings:
+    """The ``[similarity]`` section; the context declaration of one event type is
+    :class:`similarity.SimilarityConfig`."""
+
     k: int = field(default=5, metadata=_check(_positive))
     bandwidth: str | float = "silverman"
     histogram_bins: int = field(default=64, metadata=_check(_positive))
     novelty: str | float = "auto"
     novelty_quantile: float = field(default=0.05, metadata=_check(_fraction))
     index_cache_mb: int = field(default=256, metadata=_check(_positive))
-    # "smooth" won precision@5 both overall and on rare causes (bench/similarity_quality.py),
-    # the issue's rule for leaving the paper's IDF (M 3.5) as the default; "paper" keeps it.
+    # "smooth" has the better precision@5, overall and on rare causes (bench/similarity_quality.py
+    # measures it), so it is the default; "paper" keeps the paper's IDF (M 3.5).
     idf: str = field(default="smooth", metadata=_check(_one_of("paper", "smooth")))
 
     def __post_init__(self) -> None:
@@ -197,7 +184,7 @@ class Settings:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)
     recall: RecallConfig = field(default_factory=RecallConfig)
-    similarity: SimilarityConfig = field(default_factory=SimilarityConfig)
+    similarity: SimilaritySettings = field(default_factory=SimilaritySettings)
     ananke: AnankeConfig = field(default_factory=AnankeConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     source: str = "defaults"

@@ -6,12 +6,16 @@ default 50)."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from moirae.scenarios.queries import deploy_queries
 from moirae.sources.host import FORMAT, HOST_STREAMS, register_host_source
 
+if TYPE_CHECKING:
+    from moirae.engine.engine import Engine
 
-def deploy(engine, live: bool = True, progress: bool = True, materialize: bool = True) -> dict:
+
+def deploy(engine: Engine, live: bool = True, progress: bool = True, materialize: bool = True) -> dict:
     spark = engine.spark
     register_host_source(spark)
     for stream in HOST_STREAMS:

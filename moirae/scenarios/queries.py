@@ -6,7 +6,7 @@
 - contexts (M fig. 3): the logged-in users and running processes on the server at the
   time of the event; ``incidents`` as surrounding information (M 3.3): how the past
   incident on that server was resolved (not compared). The engine deploys them as SQL
-  (one PostgreSQL read per batch, :mod:`moirae.context_sql`); the Spark functions of
+  (one PostgreSQL read per batch, :mod:`moirae.queries.context_sql`); the Spark functions of
   the same queries are kept for engines that compute contexts in Spark.
 - a Similarity Recall (M fig. 4) of the 5 most similar past overloads.
 """
@@ -14,8 +14,12 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
+
+if TYPE_CHECKING:
+    from moirae.engine.engine import Engine
 
 NORM_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, stddev(h.bw) AS sd_bw, count(*) AS n "
             "FROM metrics h WHERE h.sid = :sid GROUP BY h.sid")
@@ -72,13 +76,13 @@ def resolution_surrounding(events, incidents):
     return e.join(i, cond).select(F.col("e.eid").alias("eid"), F.col("e.ts").alias("ts"), "i.kind", "i.resolution")
 
 
-def deploy_queries(engine, threshold: float, incidents: bool = True) -> None:
+def deploy_queries(engine: Engine, threshold: float, incidents: bool = True) -> None:
     """Deploy the paper's three hybrid queries on an engine with metrics, users, procs
     (and incidents) sources."""
     engine.event_query("overload", overload_query(threshold), inputs=["metrics"])
     engine.recall("overload", NORM_SQL, name="norm", period=timedelta(days=7), time_column="h.ts")
     # consecutive windows of one server's overload are one incident (M 3.3), charted on metrics.bw
-    engine.deploy.incidents.configure("overload", keys="sid", window=timedelta(minutes=5), metric="avg_bw",
+    engine.incidents.configure("overload", keys="sid", window=timedelta(minutes=5), metric="avg_bw",
                                       threshold=threshold, series=("metrics", "bw"), norm="norm")
     engine.context_query("overload", USERS_SQL, name="users", window="2m")
     engine.context_query("overload", PROCS_SQL, name="procs", window="2m")

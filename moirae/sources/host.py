@@ -15,7 +15,7 @@ Usage::
 
 At most one sample is taken per ``period_s`` (default 5). A live machine cannot be read
 again in the past, so this source does not replay a micro-batch lost in a crash: the
-archive's batch log (DESIGN.md §4.1) keeps what was delivered.
+archive's batch log (docs/ARCHITECTURE.md, 3.1) keeps what was delivered.
 
 :func:`sample` is the plain-Python entry point (a dict of DataFrames, one per stream).
 """

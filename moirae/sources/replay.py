@@ -2,7 +2,7 @@
 
 :func:`replay_file` reads the file, parses its event-time column, hands rows whose event
 time cannot be parsed back separately (with the reason, for the caller to dead-letter:
-they are never dropped silently, DESIGN.md §6), and orders the rest by their ingestion
+they are never dropped silently, docs/ARCHITECTURE.md, "Invariants"), and orders the rest by their ingestion
 time per :mod:`moirae.sources.disorder`. The event time column comes out as
 ``datetime64[ns, UTC]``; two columns are added: ``ingest_ts`` (when to deliver the row)
 and ``delay_ms`` (ingestion - event time).

@@ -13,7 +13,7 @@ Options mirror :class:`~moirae.sources.disorder.ReplayConfig` (``path``, ``ts_co
 ``seed``, ``speedup``) plus ``maxRowsPerBatch`` (a cap per micro-batch) and
 ``deadLetterPath``: rows with an unparseable event time are written there as CSV with
 their reason; without it, such rows make the source fail (UnparseableRows) rather than
-vanish (DESIGN.md §6).
+vanish (docs/ARCHITECTURE.md, "Invariants").
 
 Micro-batches follow ingestion time and the speed-up factor (:class:`Pacer`); offsets
 are ``{"pos": n}``, row positions in the disordered order, so a query restarted from its

@@ -1,6 +1,6 @@
 """A child process running the small scenario's engine, for the SIGKILL recovery test.
 
-Usage: python engine_child.py DATA_DIR DSN SCHEMA FOLDER SECONDS
+Usage: python -m tests.moirae.engine_child DATA_DIR DSN SCHEMA FOLDER SECONDS
 Runs the overload event-query with a slow Recall (so tasks are open when killed) over
 CSV files in FOLDER for SECONDS (or until killed), printing "EVENTS n OPEN m" every 0.5 s
 (n events detected, m of them with recall still open); the kill tests wait for m > 0.
@@ -12,10 +12,10 @@ import sys
 import time
 from datetime import timedelta
 
-import scenario_small as sc
 from pyspark.sql import functions as F  # noqa: F401  (the scenario's functions use it)
 
-from moirae import Engine
+import tests.moirae.scenario_small as sc
+from tests.engine_factory import make_engine
 
 # pg_sleep runs once per row: a 30-minute chunk holds 60 rows of one server, so about
 # 0.4 s per chunk and 3 s per 3-hour recall (0.4 s per row took 24 s per chunk, so a
@@ -25,9 +25,9 @@ SLOW_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n, max(pg_sleep(0.0
 
 
 def main(data_dir: str, dsn: str, schema: str, folder: str, seconds: float) -> None:
-    engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
-                                recall={"feedback_period": 100, "max_concurrent": 1})
+    engine = make_engine((dsn, schema), data_dir,
+                         spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
+                         recall={"feedback_period": 100, "max_concurrent": 1})
     df = engine.spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(folder)
     engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
     if not engine.archiver.batch_ids("metrics"):

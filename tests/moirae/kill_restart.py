@@ -5,7 +5,7 @@ single-kill test (``test_crash_recovery.py``) and the fault suite's 3-kill test
 :func:`run_with_kills` starts the child, waits until it reports an event whose recall is
 open, sleeps the given extra delay and SIGKILLs it, once per delay, restarting it on the
 same data directory and database each time; then a last restart runs to its end.
-:func:`check_recovered` asserts DESIGN.md §6 "Nothing is lost" on the result and returns
+:func:`check_recovered` asserts the invariant "nothing is lost" (docs/ARCHITECTURE.md) on the result and returns
 the figures the fault suite records.
 """
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-import scenario_small as sc
+
+import tests.moirae.scenario_small as sc
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -50,10 +51,10 @@ def query(pg, sql: str) -> list[tuple]:
 
 
 def _child(args: list[str]) -> subprocess.Popen:
-    # the children import this tree's code (the tests' folder and the repository root)
-    env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{ROOT}"}
+    # the children import this tree's code from the repository root
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MOIRAE_PG_DSN", None)
-    return subprocess.Popen([sys.executable, str(HERE / "engine_child.py"), *args], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "tests.moirae.engine_child", *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
 
 
@@ -106,8 +107,8 @@ def run_with_kills(pg, tmp_path: Path, delays: Sequence[float]) -> KillRun:
 
 
 def check_recovered(pg, run: KillRun) -> dict:
-    """Assert that nothing was lost (DESIGN.md §6): the archive equals the source, each
-    live event was detected once, every provenance edge points at an archived row, and
+    """Assert that nothing was lost (docs/ARCHITECTURE.md, invariants): the archive equals
+    the source, each live event was detected once, every provenance edge points at an archived row, and
     every event open at a kill got its history (all tasks done) and its boundary.
     Returns the figures."""
     assert "CLOSED" in run.final_output

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from moirae.alert_board import Board
+from moirae.cli.board import Board
 from recall.api import Interval, Output, OutputKind
 from similarity.incidents import IncidentRule, IncidentTracker
 
@@ -72,16 +72,14 @@ def test_printer_follows_the_bus_prints_each_change_once_and_the_final_blocks(pg
     import time
     from types import SimpleNamespace
 
-    from moirae.alert_board import BoardPrinter
-    from moirae.incidents import IncidentStore
+    from moirae.cli.board import BoardPrinter
+    from moirae.incidents.store import IncidentStore
     from recall.outputs import Bus
 
     bus = Bus()
     store = IncidentStore(pg)
     store.configure("overload", keys="sid", window=timedelta(minutes=5))
-    sim = type("SimilarityRecall", (), {})()  # the printer tells similarity operators by their class name
-    engine = SimpleNamespace(deploy=SimpleNamespace(manager=SimpleNamespace(bus=bus), ops={"similar": sim},
-                                                    incidents=store))
+    engine = SimpleNamespace(bus=bus, incidents=store, similarity_operators=lambda: {"similar"})
     printer = BoardPrinter(engine, live=False, out=io.StringIO()).start()
     try:
         bus.publish(_event("e1", 0))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import scenario_small as sc
 
-from moirae import Engine
+import tests.moirae.scenario_small as sc
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -18,9 +18,9 @@ def test_ankn_variant_writes_the_live_provenance_graph(spark, pg, tmp_path, monk
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     folder = tmp_path / "in"
     folder.mkdir()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
-                                ananke={"variant": "ankn"})
+    engine = make_engine(pg, tmp_path / "data",
+                         spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
+                         ananke={"variant": "ankn"})
     try:
         df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
         engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])

@@ -15,20 +15,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import scenario_small as sc
 
+import tests.moirae.scenario_small as sc
 from archive import StreamSpec
-from moirae import Engine
 from similarity import NumericSpec
+from tests.engine_factory import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
 
 def _engine(tmp_path, pg, monkeypatch, **over):
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    return Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                              **over)
+    return make_engine(pg, tmp_path / "data", monkeypatch, **over)
 
 
 CHILD = """
@@ -68,7 +66,7 @@ def test_shuffle_partitions_and_trigger(spark, pg, tmp_path, monkeypatch):
         df = spark.readStream.schema(sc.SCHEMA).csv(str(folder))
         e.source("metrics", df, ts="ts", lateness="30 seconds")
         e.start()
-        query = e._sources["metrics"].query
+        query = e.sources.by_name["metrics"].query
         trigger = query._jsq.streamingQuery().trigger()  # the JVM's ProcessingTimeTrigger
         assert trigger.intervalMs() == 7000
     finally:
@@ -79,8 +77,6 @@ def test_shuffle_partitions_and_trigger(spark, pg, tmp_path, monkeypatch):
 def test_maintenance_interval_paces_the_maintenance_job(pg, tmp_path, monkeypatch):
     """Chunks demoted to recent beyond R are aged to old by the maintenance job: within
     a second at a 50 ms interval, not at all at 1 h."""
-    import threading
-
     t0 = datetime(2024, 1, 1, tzinfo=UTC)
     rows = pd.DataFrame({"ts": [t0 + timedelta(minutes=10 * i) for i in range(60)], "v": np.arange(60.0)})
     tiers = {}
@@ -92,11 +88,10 @@ def test_maintenance_interval_paces_the_maintenance_job(pg, tmp_path, monkeypatc
             e.archiver.register_stream(StreamSpec.build(name, "ts", {"v": "double"}))
             e.archiver.append(name, 0, rows)
             e.archiver.demote(t0 + timedelta(hours=9), [name])  # 9 chunks leave the present tier: recent
-            e._maintenance = threading.Thread(target=e._maintain, daemon=True)
-            e._maintenance.start()
+            e.maintenance.start()
             time.sleep(1.0)
-            e._stop.set()
-            e._maintenance.join(10)
+            e.maintenance.request_stop()
+            e.maintenance.join(10)
             tiers[interval] = sorted({c.tier.value for c in e.archiver.chunks(name)})
         finally:
             e.close()

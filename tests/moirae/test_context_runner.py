@@ -1,4 +1,4 @@
-"""Context-queries of one batch run side by side (moirae.context.ContextRunner)."""
+"""Context-queries of one batch run side by side (moirae.queries.context.ContextRunner)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from moirae.context import ContextRunner
+from moirae.queries.context import ContextRunner
 
 
 def test_they_overlap_and_results_keep_the_queries_order():

@@ -14,14 +14,14 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
-from test_context_wait import _csv, _until, overload, users_context
 
 from archive import Tier
 from archive.history import HistoryQueryTimeout
 from archive.types import UnsupportedType
-from moirae import Engine
-from moirae.context import compute_context
-from moirae.hybrid import QueryDefinitionError
+from moirae.queries.context import compute_context
+from moirae.queries.hybrid import QueryDefinitionError
+from tests.engine_factory import make_engine
+from tests.moirae.test_context_wait import _csv, _until, overload, users_context
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -34,9 +34,8 @@ def _engine(spark, pg, tmp_path, monkeypatch, **archive):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     for d in ("metrics", "users"):
         (tmp_path / d).mkdir(exist_ok=True)
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "500ms"},
-                                archive={"chunk_span": "10m", "chunk_target_rows": 0, **archive})
+    engine = make_engine(pg, tmp_path / "data", monkeypatch, spark={"trigger": "500ms"},
+                         archive={"chunk_span": "10m", "chunk_target_rows": 0, **archive})
     metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(tmp_path / "metrics"))
     users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(tmp_path / "users"))
     engine.source("metrics", metrics, ts="ts", lateness="1 second", indexes=[("sid",)])

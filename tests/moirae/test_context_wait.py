@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from moirae import Engine
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -64,8 +64,8 @@ def _users_engine(spark, pg, tmp_path, sparse: bool, shared_users: bool = False)
     m_dir, u_dir = tmp_path / "metrics", tmp_path / "users"
     m_dir.mkdir()
     u_dir.mkdir()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "500ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
+    engine = make_engine(pg, tmp_path / "data",
+                         spark={"trigger": "500ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
     try:
         metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(m_dir))
         users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(u_dir))
@@ -124,13 +124,13 @@ def test_a_sparse_input_with_nothing_new_ends_the_wait_without_its_timeout(spark
     """A context input declared sparse whose file source has nothing new runs no batch
     at all (its offsets stand still); the wait asks Spark whether its archive query found
     nothing new at a tick after the events' and ends there, counted as caught up, not
-    timed out (moirae.idle). The same input not declared sparse times out (above). An
+    timed out (moirae.runtime.idle). The same input not declared sparse times out (above). An
     input archived by another event-query's read (archive.shared) is asked about through
     that event-query."""
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     engine, m_dir, u_dir = _users_engine(spark, pg, tmp_path, sparse=True, shared_users=shared_users)
     try:
-        assert (engine._sources["users"].shared_by == "logins") is shared_users
+        assert (engine.sources.by_name["users"].shared_by == "logins") is shared_users
         _start_then_overload(engine, m_dir, u_dir)
         eid = _until("the event", lambda: engine.deploy.events.list(event="overload"))[0].eid
         assert [t["user"] for t in engine.deploy.events.get(eid).context] == ["alice"]
@@ -147,8 +147,8 @@ def test_events_archived_but_never_processed_are_recovered_at_start(spark, pg, t
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     for d in ("metrics", "users"):
         (tmp_path / d).mkdir()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                archive={"chunk_span": "10m", "chunk_target_rows": 0})
+    engine = make_engine(pg, tmp_path / "data",
+                         archive={"chunk_span": "10m", "chunk_target_rows": 0})
     try:
         metrics = spark.readStream.schema("ts timestamp, sid string, bw double").csv(str(tmp_path / "metrics"))
         users = spark.readStream.schema("ts timestamp, sid string, user string").csv(str(tmp_path / "users"))

@@ -9,7 +9,8 @@ both run through ``kill_restart``."""
 from __future__ import annotations
 
 import pytest
-from kill_restart import check_recovered, run_with_kills
+
+from tests.moirae.kill_restart import check_recovered, run_with_kills
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 
-from moirae import Engine
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -25,10 +25,7 @@ def _write_csv(folder, n, start):
 
 
 def _engine(tmp_path, pg, monkeypatch):
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    return Engine.from_config(None, data_dir=str(tmp_path / "data"),
-                              postgres={"dsn": pg.dsn, "schema": pg.schema},
-                              spark={"trigger": "200ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
+    return make_engine(pg, tmp_path / "data", monkeypatch, spark={"trigger": "200ms"}, archive={"chunk_span": "10m", "chunk_target_rows": 0})
 
 
 def _wait_rows(engine, n, timeout=60):

@@ -6,7 +6,7 @@ import io
 import logging
 import threading
 
-from moirae.errorlog import QuietFileHandler, file_logger, record_failure, route_logging
+from moirae.runtime.errorlog import QuietFileHandler, file_logger, record_failure, route_logging
 
 
 def test_library_and_thread_errors_are_one_line_on_the_terminal_and_whole_in_the_file(tmp_path):

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from moirae.events import EventLog, EventRecord
+from moirae.ingest.events import EventLog, EventRecord
 
 pytestmark = pytest.mark.postgres
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from moirae.event_worker import EventWorker
+from moirae.ingest.event_worker import EventWorker
 
 
 def test_a_backlog_of_one_flow_is_processed_together_in_order():

@@ -1,5 +1,5 @@
 """Stopping live queries between micro-batches (``spark.stop_grace``,
-:mod:`moirae.graceful_stop`).
+:mod:`moirae.runtime.graceful_stop`).
 
 Real Spark and PostgreSQL: a batch made slow by a pandas UDF that sleeps is running when
 the query, or the whole engine, is stopped. Within the grace the stop waits for it (its
@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.functions import pandas_udf
-from scenario_small import wait
 
-from moirae import Engine
-from moirae.graceful_stop import stop_between_batches
+from moirae.runtime.graceful_stop import stop_between_batches
+from tests.engine_factory import make_engine
+from tests.moirae.scenario_small import wait
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -68,7 +68,7 @@ def test_no_grace_interrupts_the_running_batch_and_says_so(spark, tmp_path, capl
     q = (df.writeStream.foreachBatch(lambda b, i: done.append((i, b.count())))
          .option("checkpointLocation", str(tmp_path / "ck")).start())
     wait(lambda: _running(q), 90, "the slow batch to start")
-    with caplog.at_level(logging.WARNING, logger="moirae.graceful_stop"):
+    with caplog.at_level(logging.WARNING, logger="moirae.runtime.graceful_stop"):
         assert stop_between_batches(q, grace_s=0) is False
     assert not q.isActive
     assert done == []
@@ -93,13 +93,13 @@ def test_engine_stop_honours_spark_stop_grace(spark, pg, tmp_path, monkeypatch, 
     source's first batch runs has archived that batch when stop returns (30 s), or not
     (0 s: interrupted); a restart archives it then, once."""
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           spark={"trigger": "200ms", "stop_grace": grace},
-                           archive={"chunk_span": "1h", "chunk_target_rows": 0})
+    e = make_engine(pg, tmp_path / "data",
+                    spark={"trigger": "200ms", "stop_grace": grace},
+                    archive={"chunk_span": "1h", "chunk_target_rows": 0})
     try:
         e.source("m", _slow_source(spark, tmp_path / "in"), ts="ts", lateness="1 minute")
         e.start()
-        query = e._sources["m"].query
+        query = e.sources.by_name["m"].query
         wait(lambda: _running(query), 90, "the slow batch to start")
         time.sleep(0.5)
         e.stop()

@@ -1,4 +1,4 @@
-"""Hadoop's local file system without a chmod process per file (moirae.hadoop_fs)."""
+"""Hadoop's local file system without a chmod process per file (moirae.runtime.hadoop_fs)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from moirae import hadoop_fs
-from moirae.hadoop_fs import CLASS, KEY, classes_dir, local_fs_config
+from moirae.runtime import hadoop_fs
+from moirae.runtime.hadoop_fs import CLASS, KEY, classes_dir, local_fs_config
 
 
 def _processes_started() -> int:
@@ -47,7 +47,7 @@ def test_the_sessions_local_file_system_sets_permissions_without_a_process(spark
 
 def test_without_javac_the_default_stays_and_says_why(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(hadoop_fs, "_javac", lambda: None)
-    with caplog.at_level(logging.WARNING, logger="moirae.hadoop_fs"):
+    with caplog.at_level(logging.WARNING, logger="moirae.runtime.hadoop_fs"):
         assert classes_dir(tmp_path) is None
     assert "no javac" in caplog.text
     assert list(tmp_path.iterdir()) == []
@@ -55,7 +55,7 @@ def test_without_javac_the_default_stays_and_says_why(tmp_path, monkeypatch, cap
 
 def test_a_failed_compile_keeps_the_default_and_leaves_nothing(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(hadoop_fs, "_javac", lambda: "/bin/false")  # a compiler that fails
-    with caplog.at_level(logging.WARNING, logger="moirae.hadoop_fs"):
+    with caplog.at_level(logging.WARNING, logger="moirae.runtime.hadoop_fs"):
         assert classes_dir(tmp_path) is None
     assert "could not compile" in caplog.text
     assert list(tmp_path.iterdir()) == []

@@ -12,12 +12,12 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-import scenario_small as sc
 
+import tests.moirae.scenario_small as sc
 from archive.materialized import materialized_chunks
-from moirae import Engine
-from moirae.materialize import rematerialize, tag_of
+from moirae.materialize.replica import rematerialize, tag_of
 from recall.api import OutputKind
+from tests import engine_factory
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -26,10 +26,10 @@ RECALL_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, stddev(h.bw) AS sd_bw, count(
 
 
 def make_engine(tmp_path, pg, monkeypatch, spark, folder, **overrides):
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4},
-                                recall={"feedback_period": 100}, **overrides)
+    engine = engine_factory.make_engine(
+        pg, tmp_path / "data", monkeypatch, spark={"trigger": "300ms"},
+        archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4}, recall={"feedback_period": 100},
+        **overrides)
     df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
     engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
     return engine
@@ -49,7 +49,7 @@ def interrupted_after(engine, n: int) -> None:
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        rematerialize(engine, "overload", on_chunk=stop)
+        rematerialize(engine.materializer, "overload", on_chunk=stop)
 
 
 def test_overload_events_recall_and_materialized_history(spark, pg, tmp_path, monkeypatch):
@@ -121,10 +121,10 @@ def test_rematerialize_twice_and_resume(spark, pg, tmp_path, monkeypatch):
         engine.event_query("overload", sc.overload, inputs=["metrics"])
         interrupted_after(engine, 2)
         assert len(materialized_chunks(engine.archiver, "metrics", tag_of("overload"))) == 2
-        resumed = rematerialize(engine, "overload", resume=True)
+        resumed = rematerialize(engine.materializer, "overload", resume=True)
         total = len(engine.archiver.chunks("metrics"))
         assert len(resumed) == total - 2
-        rematerialize(engine, "overload")  # a full re-run replaces, never duplicates
+        rematerialize(engine.materializer, "overload")  # a full re-run replaces, never duplicates
         tagged = materialized_chunks(engine.archiver, "metrics", tag_of("overload"))
         all_chunks = {c.chunk_id for c in engine.archiver.chunks("metrics")}
     finally:
@@ -143,7 +143,6 @@ def test_rematerialize_with_the_input_on_its_own_chunk_interval(spark, pg, tmp_p
     5-minute) chunks, the event stream on 30-minute ones: materialization works per unit
     of the coarsest grid, each event lands in its own stream's chunk, an interrupted run
     resumes, and a re-run replaces without duplicating."""
-    from moirae.materialize import unit_grid
 
     folder = tmp_path / "in"
     folder.mkdir()
@@ -153,13 +152,13 @@ def test_rematerialize_with_the_input_on_its_own_chunk_interval(spark, pg, tmp_p
         engine.archiver.register_stream(engine.archiver.stream("metrics"), chunk_interval=interval)
         engine.archiver.append("metrics", 0, hist, bulk=True)
         engine.event_query("overload", sc.overload, inputs=["metrics"])
-        unit = unit_grid(engine, "overload").span
+        unit = engine.materializer.unit_grid("overload").span
         assert unit == max(interval, timedelta(minutes=30))
         interrupted_after(engine, 1)
-        resumed = rematerialize(engine, "overload", resume=True)
+        resumed = rematerialize(engine.materializer, "overload", resume=True)
         units = {c.start.timestamp() // unit.total_seconds() for c in engine.archiver.chunks("metrics")}
         assert len(resumed) == len(units) - 1
-        rematerialize(engine, "overload")  # a full re-run replaces, never duplicates
+        rematerialize(engine.materializer, "overload")  # a full re-run replaces, never duplicates
         tagged = materialized_chunks(engine.archiver, "metrics", tag_of("overload"))
         all_chunks = {c.chunk_id for c in engine.archiver.chunks("metrics")}
         ev_chunks = {c.chunk_id: (c.start, c.end) for c in engine.archiver.chunks("ev_overload")}

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from moirae.events import EventLog, EventRecord
-from moirae.incidents import IncidentError, IncidentStore, NoSuchIncident
+from moirae.incidents.store import IncidentError, IncidentStore, NoSuchIncident
+from moirae.ingest.events import EventLog, EventRecord
 from recall.api import Output, OutputKind
 
 pytestmark = pytest.mark.postgres

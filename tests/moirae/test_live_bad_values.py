@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import scenario_small as sc
 
-from moirae import Engine
+import tests.moirae.scenario_small as sc
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -17,8 +17,8 @@ def test_a_nul_in_a_live_stream_is_dead_lettered_and_the_stream_goes_on(spark, p
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     folder = tmp_path / "in"
     folder.mkdir()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0})
+    engine = make_engine(pg, tmp_path / "data",
+                         spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0})
     parts = sc.live()
     bad = parts[1].copy()
     bad["sid"] = bad["sid"].where(bad["sid"] != "s1", "s1\x00x")  # a whole server's readings: an event too

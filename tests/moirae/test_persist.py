@@ -10,7 +10,7 @@ import pytest
 
 from ananke.store import GraphStore
 from archive import Archiver, ArchiveSettings, Contributing, Retention, RetentionPolicy, StreamSpec
-from moirae.persist import (
+from moirae.ingest.persist import (
     contributing_view,
     ensure_similarity_tables,
     forget_learned,

@@ -1,4 +1,4 @@
-"""Spark's Python processes on a local master start through moirae.python_launcher:
+"""Spark's Python processes on a local master start through moirae.runtime.python_launcher:
 this interpreter, with the installed pyspark's own zips off PYTHONPATH."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from moirae.python_launcher import launcher, python_for_workers, redundant_zips
+from moirae.runtime.python_launcher import launcher, python_for_workers, redundant_zips
 
 
 def test_the_installed_pysparks_zips_are_the_ones_taken_off():

@@ -1,5 +1,5 @@
 """The replica task over a growing chunk writes only whole windows (M 4.2;
-moirae.materialize.live_frontier).
+moirae.materialize.replica.Materializer.live_frontier).
 
 One server's bandwidth arrives in two files. The first ends two minutes into the window
 [04:10, 04:15), whose readings so far average above the threshold; the second brings the
@@ -19,11 +19,10 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 import pytest
-import scenario_small as sc
-from test_hybrid import make_engine
 
-from moirae.hybrid import context_stream
-from moirae.materialize import live_frontier, materialize_chunk, unit_grid
+import tests.moirae.scenario_small as sc
+from moirae.queries.hybrid import context_stream
+from tests.moirae.test_hybrid import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -91,15 +90,15 @@ def test_a_replica_of_a_growing_chunk_leaves_partial_windows_to_the_live_query(s
         sc.wait(lambda: engine.watermark("metrics") is not None and engine.watermark("metrics") >= last - timedelta(seconds=30)
                 and len(engine.archiver.read("metrics", first["ts"].min().to_pydatetime(), last)) == len(first),
                 what="the first file archived")
-        frontier = live_frontier(engine, "overload")
+        frontier = engine.materializer.live_frontier("overload")
         assert frontier is not None and frontier <= last
-        unit = unit_grid(engine, "overload").chunk_of(last)
-        materialize_chunk(engine, "overload", unit)  # the growing unit, mid-window
+        unit = engine.materializer.unit_grid("overload").chunk_of(last)
+        engine.materializer.materialize_chunk("overload", unit)  # the growing unit, mid-window
         assert PARTIAL_EID not in _stored(pg)
         _write(folder, "p1.csv", second)
         sc.wait(lambda: set(_stored(pg)) >= want and set(_context_rows(pg)) >= want,
                 what="the live overload and its context")
-        materialize_chunk(engine, "overload", unit)  # again, once the live query wrote both
+        engine.materializer.materialize_chunk("overload", unit)  # again, once the live query wrote both
     finally:
         engine.close()
     stored = _stored(pg)

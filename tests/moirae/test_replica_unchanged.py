@@ -1,5 +1,5 @@
 """The replica skips a growing unit that nothing has reached since it was materialized,
-and computes it again once a row arrives in any stream it reads (moirae.unit_inputs).
+and computes it again once a row arrives in any stream it reads (moirae.materialize.unit_inputs).
 
 Real Spark and PostgreSQL. Four hours of readings from three servers, archived live
 (present tier: every unit is growing), with the overloads of 03:00-03:10 on s2 (30-second windows); a SQL
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import scenario_small as sc
-from test_context_sql import _engine
 
+import tests.moirae.scenario_small as sc
 from archive import Tier
-from moirae import materialize
-from moirae.hybrid import context_stream
-from moirae.materialize import ReplicaOperator, materialize_chunk, unit_grid
+from moirae.materialize.replica import Materializer, ReplicaOperator
+from moirae.queries.hybrid import context_stream
+from tests.moirae.test_context_sql import _engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -35,24 +34,24 @@ def test_the_replica_skips_an_unchanged_growing_unit_and_redoes_a_changed_one(sp
     users = sc.users_history(hist)
     engine = _engine(spark, pg, tmp_path, monkeypatch, chunk_span="30m")
     calls: list[int] = []
-    real = materialize.materialize_chunk
+    real = Materializer.materialize_chunk
 
-    def counted(eng, name, unit):
+    def counted(self, name, unit):
         calls.append(unit)
-        return real(eng, name, unit)
+        return real(self, name, unit)
 
     try:
         engine.context_query("overload", USERS_5M, name="users", window="5m")
         engine.archiver.append("metrics", 0, hist)  # live appends: present chunks
         engine.archiver.append("users", 0, users)
         assert {c.tier for c in engine.archiver.chunks("metrics")} == {Tier.PRESENT}
-        grid = unit_grid(engine, "overload")
+        grid = engine.materializer.unit_grid("overload")
         unit = grid.chunk_of(pd.Timestamp("2024-03-01 03:05", tz="UTC").to_pydatetime())
-        materialize_chunk(engine, "overload", unit)
+        engine.materializer.materialize_chunk("overload", unit)
         eid = "s2:2024-03-01 03:04:29.999999"  # test_context_wait's overload: 30 s windows
         assert _users(pg, eid) == {"alice", "miner"}
-        monkeypatch.setattr(materialize, "materialize_chunk", counted)
-        op = ReplicaOperator(engine, "overload")
+        monkeypatch.setattr(Materializer, "materialize_chunk", counted)
+        op = ReplicaOperator(engine.materializer, "overload", engine.settings.recall.default_tickets)
         chunk = engine.archiver.grid_of("metrics").chunk_of(grid.bounds(unit)[0])
 
         def replica_pass() -> None:  # a new replica task reaching the unit

@@ -8,21 +8,21 @@ import uuid
 
 import pandas as pd
 import pytest
-import scenario_small as sc
 from pyspark.sql import functions as F
 
+import tests.moirae.scenario_small as sc
 from archive import Database
 from archive.shared import MARKER, claim, record_claim, shared_batch_id
 from moirae import Engine
-from moirae.engine import EngineError
+from moirae.engine.engine import EngineError
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
 
 def _engine(db: Database, data: str, shared: bool, target_rows: int = 0) -> Engine:
-    return Engine.from_config(None, data_dir=data, postgres={"dsn": db.dsn, "schema": db.schema},
-                              spark={"trigger": "300ms"},
-                              archive={"chunk_span": "30m", "chunk_target_rows": target_rows, "shared_read": shared})
+    return make_engine(db, data, spark={"trigger": "300ms"},
+                       archive={"chunk_span": "30m", "chunk_target_rows": target_rows, "shared_read": shared})
 
 
 def _source(spark, folder):
@@ -41,7 +41,7 @@ def _run(spark, db: Database, tmp_path, shared: bool, parts: list[pd.DataFrame])
         engine.source("metrics", _source(spark, folder), ts="ts", lateness="30 seconds", indexes=[("sid",)])
         engine.event_query("overload", sc.overload, inputs=["metrics"])
         engine.start()
-        src = engine._sources["metrics"]
+        src = engine.sources.by_name["metrics"]
         assert (src.query is None) == shared and (src.shared_by == "overload") == shared
         for i, part in enumerate(parts):
             part.assign(ts=part["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(folder / f"p{i}.csv", index=False,
@@ -133,7 +133,7 @@ def test_a_source_archived_by_a_query_read_cannot_silently_switch_reader(spark, 
         try:
             first.source("metrics", _source(spark, folder), ts="ts", indexes=[("sid",)])
             first.event_query("overload", sc.overload, inputs=["metrics"])
-            assert first._sources["metrics"].shared_by == "overload"
+            assert first.sources.by_name["metrics"].shared_by == "overload"
         finally:
             first.close()
         again = _engine(db, data, shared=False)
@@ -148,7 +148,7 @@ def test_a_source_archived_by_a_query_read_cannot_silently_switch_reader(spark, 
         try:
             same.source("metrics", _source(spark, folder), ts="ts", indexes=[("sid",)])
             same.event_query("overload", sc.overload, inputs=["metrics"])
-            assert same._sources["metrics"].shared_by == "overload"
+            assert same.sources.by_name["metrics"].shared_by == "overload"
         finally:
             same.close()
     finally:
@@ -157,7 +157,7 @@ def test_a_source_archived_by_a_query_read_cannot_silently_switch_reader(spark, 
 
 
 def test_a_query_that_fails_to_deploy_gives_its_source_back(spark, pg, tmp_path, monkeypatch):
-    from moirae.hybrid import QueryDefinitionError
+    from moirae.queries.hybrid import QueryDefinitionError
 
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     db = Database(pg.dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
@@ -168,10 +168,10 @@ def test_a_query_that_fails_to_deploy_gives_its_source_back(spark, pg, tmp_path,
         engine.source("metrics", _source(spark, folder), ts="ts", indexes=[("sid",)])
         with pytest.raises(QueryDefinitionError, match="no column 'eid'"):
             engine.event_query("broken", lambda m: sc.overload(m).select("sid", "ts"), inputs=["metrics"])
-        assert engine._sources["metrics"].shared_by is None
+        assert engine.sources.by_name["metrics"].shared_by is None
         assert not (engine.checkpoint_dir("metrics") / MARKER).exists()
         engine.event_query("overload", sc.overload, inputs=["metrics"])
-        assert engine._sources["metrics"].shared_by == "overload"
+        assert engine.sources.by_name["metrics"].shared_by == "overload"
     finally:
         engine.close()
         db.drop_schema()

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import scenario_small as sc
 
-from moirae import Engine
+import tests.moirae.scenario_small as sc
 from recall.api import OutputKind
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -29,9 +29,9 @@ def test_deployed_while_running_recalls_past_similar_events(spark, pg, tmp_path,
     m_dir.mkdir()
     u_dir.mkdir()
     hist = sc.history()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 20},
-                                recall={"feedback_period": 100})
+    engine = make_engine(pg, tmp_path / "data",
+                         spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 20},
+                         recall={"feedback_period": 100})
     try:
         m = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(m_dir))
         u = spark.readStream.schema(USERS_SCHEMA).option("maxFilesPerTrigger", 1).csv(str(u_dir))

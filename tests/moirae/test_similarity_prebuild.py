@@ -9,12 +9,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-import scenario_small as sc
 
-from archive import simindex
-from moirae import Engine
-from moirae.materialize import rematerialize
+import tests.moirae.scenario_small as sc
+from moirae.materialize.replica import rematerialize
 from recall.api import Interval, OutputKind
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -24,8 +23,8 @@ USERS_SCHEMA = "ts timestamp, sid string, user string"
 def test_rematerialized_chunks_are_indexed_in_the_background(spark, pg, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     hist = sc.history()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                                archive={"chunk_span": "30m", "recent_chunks": 20})
+    engine = make_engine(pg, tmp_path / "data",
+                         archive={"chunk_span": "30m", "recent_chunks": 20})
     try:
         m = spark.readStream.schema(sc.SCHEMA).csv(str(tmp_path))
         u = spark.readStream.schema(USERS_SCHEMA).csv(str(tmp_path))
@@ -39,11 +38,11 @@ def test_rematerialized_chunks_are_indexed_in_the_background(spark, pg, tmp_path
         streams = [op.event_stream, *op.context_streams]
         assert engine.archiver.chunk_ids(streams) == []
 
-        rematerialize(engine, "overload")
+        rematerialize(engine.materializer, "overload")
         assert engine.deploy.indexes.drain(timeout=120)
         chunks = sorted(engine.archiver.chunk_ids(streams))
         assert chunks, "the history must hold past overloads"
-        assert simindex.IndexStore(engine.archiver, "similar").chunk_ids() == chunks  # no event asked
+        assert engine.archiver.index_store("similar").chunk_ids() == chunks  # no event asked
         assert dict(op.source.built_chunks) == {c: 1 for c in chunks}
         assert engine.deploy.indexes.failed == 0
 

@@ -1,8 +1,13 @@
-"""The engine's Spark session (moirae/spark.py) as the JVM sees it."""
+"""The engine's Spark session (moirae/runtime/spark.py) as the JVM sees it."""
 
 from pyspark.sql import functions as F
 
-from moirae.spark import CHECKPOINT_MANAGER_KEY, CHECKPOINT_MANAGERS, DRIVER_MEMORY, _filesystem_checkpoints
+from moirae.runtime.spark import (
+    CHECKPOINT_MANAGER_KEY,
+    CHECKPOINT_MANAGERS,
+    DRIVER_MEMORY,
+    _filesystem_checkpoints,
+)
 
 
 def test_the_driver_heap_is_fixed_at_start(spark):

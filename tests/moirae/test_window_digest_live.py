@@ -10,10 +10,10 @@ import uuid
 
 import pandas as pd
 import pytest
-import scenario_small as sc
 
+import tests.moirae.scenario_small as sc
 from archive import Database
-from moirae import Engine
+from tests.engine_factory import make_engine
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -21,10 +21,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 def _run(spark, db: Database, tmp_path, mode: str, parts: list[pd.DataFrame]):
     folder = tmp_path / f"in_{mode}"
     folder.mkdir()
-    engine = Engine.from_config(None, data_dir=str(tmp_path / f"data_{mode}"),
-                                postgres={"dsn": db.dsn, "schema": db.schema}, spark={"trigger": "300ms"},
-                                archive={"chunk_span": "30m", "chunk_target_rows": 0},
-                                ananke={"window_provenance": mode})
+    engine = make_engine(db, tmp_path / f"data_{mode}", spark={"trigger": "300ms"},
+                         archive={"chunk_span": "30m", "chunk_target_rows": 0},
+                         ananke={"window_provenance": mode})
     try:
         df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
         engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])

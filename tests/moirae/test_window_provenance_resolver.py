@@ -1,4 +1,4 @@
-"""The engine's resolver of window digests (moirae.window_provenance) on a real archive:
+"""The engine's resolver of window digests (moirae.ingest.window_provenance) on a real archive:
 an exact digest gives the window's tuples; a digest of a window that never saw the
 newest tuple gives the others; one the archive stays short of is reread until the
 timeout and then counted; one no subset explains is counted and logged, at most a line
@@ -15,8 +15,8 @@ import pytest
 from ananke.digest import Digest, DigestSpec, xor_ids
 from ananke.ids import micros
 from archive import StreamSpec
-from moirae import Engine
-from moirae.window_provenance import ArchiveResolver
+from moirae.ingest.window_provenance import ArchiveResolver
+from tests.engine_factory import make_engine
 
 pytestmark = pytest.mark.postgres
 
@@ -26,9 +26,7 @@ SPEC = DigestSpec("metrics", "ts", ("sid",))
 
 @pytest.fixture
 def engine(pg, tmp_path, monkeypatch):
-    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
-    e = Engine.from_config(None, data_dir=str(tmp_path / "data"), postgres={"dsn": pg.dsn, "schema": pg.schema},
-                           spark={"trigger": "100ms"}, archive={"chunk_span": "1h", "chunk_target_rows": 0})
+    e = make_engine(pg, tmp_path / "data", monkeypatch, spark={"trigger": "100ms"}, archive={"chunk_span": "1h", "chunk_target_rows": 0})
     e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "bigint", "bw": "double"}))
     yield e
     e.close()
@@ -54,7 +52,7 @@ def _digest(sid: int, ids: list[int], n: int | None = None) -> Digest:
 def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     _append(engine, 0, [(s, s % 2, float(s)) for s in range(8)])
     _append(engine, 1, [(3, 1, 99.0)])  # arrives later, into sid 1's window
-    r = ArchiveResolver(engine, SPEC)
+    r = ArchiveResolver(engine.archiver, SPEC, engine.sources.waits, engine.settings.spark.trigger.total_seconds())
     all1, early1 = _ids(engine, 1), _ids(engine, 1, (0,))
     got = r(SPEC, [_digest(0, _ids(engine, 0)), _digest(1, all1), _digest(1, early1)])
     assert sorted(i for i, _ in got[0]) == sorted(_ids(engine, 0))
@@ -63,7 +61,7 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     assert all(t.tzinfo is not None and T0 <= t < T0 + timedelta(seconds=10) for _, t in got[0])
     assert r.status()["late_removed"] == 1 and r.status()["unmatched"] == 0 and r.status()["windows"] == 3
 
-    caplog.set_level(logging.WARNING, logger="moirae.window_provenance")
+    caplog.set_level(logging.WARNING, logger="moirae.ingest.window_provenance")
     assert r.timeout() == pytest.approx(2.5)
     short = r(SPEC, [_digest(0, _ids(engine, 0), n=6)])  # the archive never gets the 6th
     assert len(short[0]) == 4

@@ -1,4 +1,4 @@
-"""Spark's Python workers under moirae.worker_daemon: pyspark from its cached bytecode,
+"""Spark's Python workers under moirae.runtime.worker_daemon: pyspark from its cached bytecode,
 and collections that walk only what a task left."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from moirae.worker_daemon import KEY, Freezing, daemon_config
+from moirae.runtime.worker_daemon import KEY, Freezing, daemon_config
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_a_frozen_cycle_that_becomes_garbage_is_reclaimed_at_the_full_collection
 
 
 def test_a_local_master_gets_the_daemon_unless_the_user_named_one():
-    assert daemon_config("local[2]", {}) == {KEY: "moirae.worker_daemon"}
+    assert daemon_config("local[2]", {}) == {KEY: "moirae.runtime.worker_daemon"}
     assert daemon_config("local[2]", {KEY: "my.daemon"}) == {}
     assert daemon_config("spark://127.0.0.1:7077", {}) == {}
 
@@ -79,6 +79,6 @@ def test_the_sessions_workers_run_the_daemon_with_pyspark_from_site_packages(spa
     rdd = spark.sparkContext.parallelize(range(2), 2)
     rdd.mapPartitions(probe).collect()  # every worker has run a task
     for where, frozen, parent in rdd.mapPartitions(probe).collect():
-        assert "moirae.worker_daemon" in parent
+        assert "moirae.runtime.worker_daemon" in parent
         assert "site-packages" in where and ".zip" not in where, where
         assert frozen > 10_000, f"{frozen} objects frozen after a task"

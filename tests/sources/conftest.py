@@ -1,5 +1,5 @@
 """Fixtures for the source tests. (Spark's Python workers run this virtualenv's
-interpreter: :func:`moirae.spark.spark_session` sees to it.)"""
+interpreter: :func:`moirae.runtime.spark.spark_session` sees to it.)"""
 
 from __future__ import annotations
 

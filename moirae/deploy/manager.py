@@ -1,0 +1,332 @@
+"""The Deploy Manager (M 4.2-4.3): deploys hybrid queries on a running engine.
+
+- *Archive inference* (M 4.1-4.2): raw sources are archived by the engine; the events
+  of every event-query and the tuples of every context-query are archived as
+  intermediate streams (``ev_<event>``, ``cx_<event>_<name>``), because Similarity
+  Recall re-reads them and replicas re-create them.
+- Recall operators (M 3.2, 3.4) are registered with the Recall Manager; for each new
+  event the Deploy Manager computes its context, records it, and submits one recall
+  task per operator attached to its event-query.
+- The Recall Manager's outputs are stored (``moirae_recall_outputs``) and published on
+  the bus the API and console subscribe to.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from archive import Archiver, Database
+from moirae.config import Settings
+from moirae.deploy.processing import Deployed, EventProcessor
+from moirae.incidents.store import IncidentConfig, IncidentStore
+from moirae.ingest.event_worker import EventWorker, unlogged_events
+from moirae.ingest.events import EventLog
+from moirae.ingest.live import EventFlow
+from moirae.ingest.persist import forget_learned, load_similarity, save_similarity
+from moirae.ingest.sources import SourceRegistry
+from moirae.materialize.replica import Materializer, ReplicaOperator, replica_event
+from moirae.materialize.unit_inputs import UnitLedger
+from moirae.queries import context_sql
+from moirae.queries.context import context_spec
+from moirae.queries.hybrid import ContextQuery, EventQuery, QueryDefinitionError, check_name, context_stream
+from moirae.runtime.supervise import LiveQuery
+from recall.api import OutputKind
+from recall.manager import RecallManager
+from recall.operator import Recall
+from recall.outputs import StoredOutputs
+from recall.periodic import PeriodicJobs
+from recall.similarity_prebuild import IndexPrebuilder
+from scheduler.config import SchedulerConfig
+from scheduler.scheduler import StrideScheduler
+
+log = logging.getLogger(__name__)
+
+
+class DeployManager:
+    def __init__(self, settings: Settings, db: Database, archiver: Archiver, sources: SourceRegistry,
+                 spark: Callable[[], Any]) -> None:
+        self.settings = settings
+        self.db = db
+        self.archiver = archiver
+        self.sources = sources
+        self.spark = spark  # the engine's session, made on first use
+        rc = settings.recall
+        self.scheduler = StrideScheduler(SchedulerConfig(
+            default_tickets=rc.default_tickets, min_tickets=rc.min_tickets,
+            tickets_per_result=rc.tickets_per_result, light_load=rc.materialization_load_threshold,
+            feedback_period=rc.feedback_period, feedback_timeout=rc.feedback_timeout.total_seconds()))
+        self.results = StoredOutputs(db)
+        self.events = EventLog(db)
+        self.manager = RecallManager(
+            archiver, self.scheduler, max_concurrent=rc.max_concurrent,
+            on_output=[self.results.append, self._on_output],
+            timeout_ms=settings.archive.settings().statement_timeout_ms)
+        self.incidents = IncidentStore(db, publish=self.manager.bus.publish, events=self.events)
+        self.events.listeners.append(self.incidents.record)
+        self.deployed = Deployed()
+        d = self.deployed  # the same dicts, by their names
+        self.event_queries, self.flows, self.contexts, self.operators, self.ops = (
+            d.event_queries, d.flows, d.contexts, d.operators, d.ops)
+        self.alert_latencies: list[float] = []
+        self.processor = EventProcessor(archiver, spark, sources.waits, settings.spark.trigger.total_seconds(), d,
+                                        self.events, self.manager)
+        self.worker = EventWorker(self.processor.process, many=self.processor.process_many)
+        # discards the tasks of events left without feedback past recall.feedback_timeout
+        # (M 4.4) and forgets ended tasks' statistics: without it suspended tasks stay open
+        self.periodic = PeriodicJobs(self.manager)
+        self.units = UnitLedger()  # what each materialized unit was computed from (moirae.materialize.unit_inputs)
+        self.materializer = Materializer(archiver, spark, sources, d, self.units, self.processor.on_materialized)
+        self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
+        self._lock = threading.Lock()
+        self._closing = False
+
+    # -- deployment ------------------------------------------------------------------
+
+    def event_query(self, name: str, fn, inputs, eid: str = "eid", ts: str = "ts") -> EventQuery:
+        check_name("event-query", name)
+        if name in self.event_queries:
+            raise QueryDefinitionError(f"event-query {name!r} is already deployed")
+        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        q = EventQuery(name, fn, inputs, eid, ts)
+        flow = EventFlow(q, sources=self.sources, archiver=self.archiver, db=self.db, ananke=self.settings.ananke,
+                         spark=self.settings.spark, on_events=self.on_events, provenance=self.settings.ananke.enabled)
+        self.event_queries[name] = q
+        self.flows[name] = flow
+        self.operators.setdefault(name, [])
+        self.manager.register(ReplicaOperator(self.materializer, name, self.settings.recall.default_tickets))
+        if self.sources.started:
+            self._start_flow(flow)
+            self.materialize_recent(name)
+        return q
+
+    def materialize_recent(self, name: str) -> str | None:
+        """Submit the low-priority replica task re-creating ``name``'s present and recent
+        history (M 4.2); None when there is no raw history yet."""
+        if not self.materializer.raw_chunks(name):
+            return None
+        return self.manager.submit(replica_event(name), [f"replica_{name}"])[0]
+
+    def context_query(self, event: str, fn, inputs=None, name: str | None = None, window: timedelta | str = "5m",
+                      surrounding: bool = False, after: timedelta | str = 0) -> ContextQuery:
+        """``fn`` is a Spark function ``(events, *inputs)`` or SQL text over ``events`` and
+        archived streams (:mod:`moirae.queries.context_sql`; its inputs are the streams it reads)."""
+        from moirae.base.durations import parse_duration
+
+        self._need_event(event, "context-query")
+        existing = self.contexts.setdefault(event, [])
+        name = check_name("context-query", name or f"c{len(existing)}")
+        if any(c.name == name for c in existing):
+            raise QueryDefinitionError(f"context-query {name!r} of {event!r} is already deployed")
+        if isinstance(inputs, str):
+            inputs = (inputs,)
+        sql = fn if isinstance(fn, str) else None
+        if sql is not None:
+            reads = context_sql.prepare(event, name, sql, {sp.name for sp in self.archiver.streams()})
+            if inputs is not None and set(inputs) != set(reads):
+                raise QueryDefinitionError(f"context-query {name!r} of {event!r}: inputs {list(inputs)} differ "
+                                           f"from the streams its SQL reads {list(reads)}")
+            inputs, fn = reads, None
+        elif not callable(fn):
+            raise QueryDefinitionError(f"context-query {name!r} of {event!r} must be a function or SQL text, "
+                                       f"got {type(fn).__name__}")
+        elif inputs is None:
+            raise QueryDefinitionError(f"context-query {name!r} of {event!r}: a function needs its inputs")
+        inputs = tuple(inputs)
+        for s in inputs:
+            self.archiver.stream(s)
+        cq = ContextQuery(event, name, fn, inputs, parse_duration(window), surrounding, parse_duration(after),
+                          sql=sql)
+        ev_spec = self.archiver.stream(self.flows[event].stream)
+        self.archiver.register_stream(context_spec(self.spark, self.archiver, cq, self.event_queries[event], ev_spec))
+        existing.append(cq)
+        return cq
+
+    def recall(self, event: str, sql: str, name: str | None = None, **kwargs: Any) -> Recall:
+        self._need_event(event, "Recall")
+        name = check_name("recall", name or f"{event}_recall{len(self.operators[event])}")
+        q = self.event_queries[event]
+        kwargs.setdefault("feedback_period", self.settings.recall.feedback_period)
+        kwargs.setdefault("tickets", self.settings.recall.default_tickets)
+        op = Recall(name, sql, store=self.archiver, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
+        self.manager.register(op)
+        self.operators[event].append(name)
+        self.ops[name] = op
+        return op
+
+    def similarity_recall(self, event: str, k: int | None = None, name: str | None = None, **kwargs: Any):
+        from recall.similarity_recall import SimilarityRecall
+
+        self._need_event(event, "Similarity Recall")
+        name = check_name("similarity recall", name or f"{event}_similar")
+        cqs = self.contexts.get(event, [])
+        q = self.event_queries[event]
+        kwargs.setdefault("feedback_period", self.settings.recall.feedback_period)
+        kwargs.setdefault("tickets", self.settings.recall.default_tickets)
+        kwargs.setdefault("resolutions", self.incidents.resolutions)  # resolutions recorded by on-call (M 3.3)
+        numeric = kwargs.get("numeric", ())
+        if isinstance(numeric, str):
+            numeric = [numeric]
+        if not isinstance(numeric, Mapping):  # names: the configured bandwidth and bins (M 3.5)
+            kwargs["numeric"] = {n: self.settings.similarity.numeric_spec() for n in numeric}
+        kwargs.setdefault("incidents", self._incident_rule(event, q.eid))
+        kwargs.setdefault("novelty", self.settings.similarity.novelty_calibrator())
+        kwargs.setdefault("index_cache_bytes", self.settings.similarity.index_cache_mb * 2**20)
+        kwargs.setdefault("idf", self.settings.similarity.idf)
+        op = SimilarityRecall(name, event=event, store=self.archiver, event_stream=self.flows[event].stream,
+                              context_streams=[context_stream(event, c.name) for c in cqs if not c.surrounding],
+                              surrounding_streams=[context_stream(event, c.name) for c in cqs if c.surrounding],
+                              k=k or self.settings.similarity.k, eid_attr=q.eid, ts_attr=q.ts, **kwargs)
+        snap = load_similarity(self.db, name)
+        if snap is not None and not op.restore(snap):  # E and C_k continue from the last run (M 3.5)
+            forget_learned(self.db, name)  # or start afresh, their events to be learned again
+        self.manager.register(op)
+        if op.source.persisted is not None:
+            self.indexes.add(op)
+            self.indexes.start()
+        self.operators[event].append(name)
+        self.ops[name] = self.deployed.similarity[name] = op
+        return op
+
+    def _incident_rule(self, event: str, eid_col: str):
+        """How past events of ``event`` group into incidents for Similarity Recall: the
+        incident store's rule when configured, else keyed by the event stream's text
+        attributes (what the store does for an unconfigured type), 5-minute windows."""
+        from archive.types import ColumnType
+        from similarity.incidents import IncidentRule
+
+        cfg = self.incidents.configs.get(event)
+        if cfg is not None:
+            return cfg.rule
+        spec = self.archiver.stream(self.flows[event].stream)
+        keys = tuple(sorted(c for c, t in spec.columns.items() if t is ColumnType.TEXT and c != eid_col))
+        rule = IncidentRule(keys, timedelta(minutes=5))
+        return self.incidents.configs.setdefault(event, IncidentConfig(rule)).rule  # the store groups alike
+
+    def _need_event(self, event: str, what: str) -> None:
+        if event not in self.event_queries:
+            raise QueryDefinitionError(f"{what} attached to unknown event-query {event!r} "
+                                       f"(deployed: {sorted(self.event_queries)})")
+
+    # -- running ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        for record in self.events.open_events():  # resume recall of events left open
+            names = self.operators.get(record.event, [])
+            if names:
+                self.manager.submit(record.as_event(), names)
+        self.recover()
+        self.worker.start()
+        if not self.periodic.running:
+            self.periodic.start()
+        for name, flow in self.flows.items():
+            self._start_flow(flow)
+            self.materialize_recent(name)
+
+    def recover(self) -> int:
+        """Process live events archived but never recorded (a crash after Spark committed
+        their batch, before the worker was done); returns how many."""
+        n = 0
+        for flow in self.flows.values():
+            spec = self.archiver.stream(flow.stream)
+            q = flow.query
+            lost = unlogged_events(self.db, flow.stream, q.eid, [c for c, _ in spec.id_columns])
+            for batch_id, frame in lost.groupby("_batch", sort=True):
+                frame = frame.drop(columns=["_batch"]).reset_index(drop=True)
+                frame[q.ts] = pd.to_datetime(frame[q.ts], utc=True)
+                log.warning("moirae: recovering %d unrecorded events of %r from batch %d", len(frame), q.name,
+                            batch_id)
+                self.processor.process(flow, frame, int(batch_id), False)
+                n += len(frame)
+        return n
+
+    def _start_flow(self, flow: EventFlow) -> None:
+        flow.start(str(self.sources.checkpoint_dir(flow.stream)),
+                   f"{int(self.settings.spark.trigger.total_seconds() * 1000)} milliseconds")
+
+    def restart_flow(self, flow: EventFlow) -> None:
+        """Start a stopped (or failed) event-query again from its checkpoint."""
+        flow.stop()
+        self._start_flow(flow)
+
+    def stop(self) -> None:
+        for flow in self.flows.values():
+            flow.stop()
+        self.worker.stop()  # the events already handed over are processed (the sources still run)
+
+    def save_state(self) -> None:
+        """Persist what must survive a restart besides the archive (similarity statistics)."""
+        for name, op in self.deployed.similarity.items():
+            snap, learned = op.state_delta()
+            try:
+                save_similarity(self.db, name, snap, learned)
+            except BaseException:
+                op.keep_unsaved(learned)
+                raise
+
+    def close(self) -> None:
+        self.stop()
+        # the shutdown cancels every open task; their events' recall is interrupted, not
+        # ended, so a restart resumes it (as after a crash); a user's cancel before this
+        # point was recorded as the end
+        self._closing = True
+        self.periodic.shutdown()
+        self.indexes.close()  # the build under way finishes; the rest are built on first use
+        self.manager.close()
+        self.results.close()
+        self.events.close()
+        self.save_state()
+        self.processor.close()
+        for flow in self.flows.values():  # last: the final maintenance may have labelled sources
+            if flow.graph is not None:
+                flow.graph.close()
+
+    def on_events(self, flow: EventFlow, frame: pd.DataFrame, batch_id: int, replay: bool,
+                  started: float | None = None) -> None:
+        """New events from a live batch (begun at wall time ``started``), archived:
+        handed to the event worker."""
+        self.worker.submit(flow, frame, batch_id, replay, started)
+
+    def _on_output(self, out) -> None:
+        try:
+            self.incidents.on_output(out)  # a refined norm changes an incident's severity
+        except Exception as exc:
+            log.warning("incidents: output of %s for %s not applied: %s", out.operator, out.eid, exc)
+        if out.kind is OutputKind.BOUNDARY:
+            interrupted = self._closing and "cancelled" in (out.row or {}).get("ended", {}).values()
+            if not interrupted:
+                self.events.mark_ended(out.eid)
+            return
+        latency = self.events.note_history(out.eid)
+        if latency is not None:
+            with self._lock:
+                self.alert_latencies.append(latency)
+
+    def live_queries(self) -> list[LiveQuery]:
+        """The event-queries' streaming queries now (and ANK-N's), for the supervisor."""
+        out = []
+        for flow in self.flows.values():
+            restart = lambda flow=flow: self.restart_flow(flow)  # noqa: E731
+            checkpoint = self.sources.checkpoint_dir(flow.stream)
+            out.append(LiveQuery(f"event_{flow.query.name}", flow.streaming, checkpoint, restart))
+            if flow.ankn_streaming is not None:
+                out.append(LiveQuery(f"ankn_{flow.query.name}", flow.ankn_streaming, Path(f"{checkpoint}-ankn"),
+                                     restart))
+        return out
+
+    def live_status(self) -> dict[str, Any]:
+        """Per event-query: events seen, driver seconds per phase, window provenance; and
+        the event worker's state."""
+        flows = {n: {"events": f.events_seen, "seconds": f.timings(),
+                     **({"window_provenance": f.resolver.status()} if f.resolver is not None else {})}
+                 for n, f in self.flows.items()}
+        w = self.worker
+        worker = {"running": w.running, "pending_batches": w.pending(), "batches": w.batches, "errors": w.errors,
+                  "last_error": w.last_error}
+        return {"event_queries": flows, "event_worker": worker}

@@ -1,0 +1,153 @@
+"""The resolver of window digests for a live event-query (ananke.digest, A 5.1 on Moirae).
+
+A sink batch's windows that kept only a digest get their source tuples from the archive
+(:func:`archive.contributors.window_rows`), matched against the digest
+(:func:`ananke.digest.match`). Before reading, the resolver waits for the source's
+archive to reach the newest window's end, as it does for context-queries; a window whose
+tuples are still short of its count is read again, with backoff, until the same timeout
+(not once :data:`MISSES_BEFORE_NO_REREAD` windows in a row went unmatched: that source
+gives the event-query other rows than the archive, and each batch would stall).
+
+Nothing is dropped silently: a window that cannot be matched gets every candidate the
+archive holds (a superset when Spark dropped tuples the digest could not single out,
+a subset when the archive never caught up), is logged with its key and bounds, and is
+counted in :attr:`ArchiveResolver.stats` (shown by ``/api/status``'s live section).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime
+
+from ananke.digest import Digest, DigestSpec, match
+from ananke.ids import from_micros
+from archive import Archiver
+from archive.brin_summary import Summarizer
+from archive.contributors import ensure_time_index, time_index, unarchivable, window_rows
+from moirae.ingest.archive_waits import ArchiveWaits
+
+log = logging.getLogger(__name__)
+
+#: after this many unmatched windows in a row (and until one matches), a short window is
+#: not read again: it is taken as the archive holds it at once
+MISSES_BEFORE_NO_REREAD = 3
+
+
+class ArchiveResolver:
+    """Resolves one event-query's window digests against the archive."""
+
+    def __init__(self, archiver: Archiver, spec: DigestSpec, waits: ArchiveWaits, trigger_s: float) -> None:
+        self.archiver = archiver
+        self.waits = waits
+        self.trigger_s = trigger_s
+        self.spec = spec
+        #: the stream's rows are written sorted by the windows' keys (the first such
+        #: resolver of the stream wins), so its BRIN index skips other keys' rows
+        self.cluster = ensure_time_index(archiver, spec.stream, spec.keys)
+        #: the stream's BRIN summaries kept up with its newest rows every quarter trigger, off
+        #: the batch thread (archive.brin_summary), from when the query starts
+        self.summaries = Summarizer(archiver, spec.stream, lambda: time_index(archiver, spec.stream), trigger_s / 4)
+        self._lock = threading.Lock()
+        #: windows resolved; read again after waiting; tuples removed as dropped by Spark;
+        #: windows left unmatched; seconds waiting for the archive to reach the windows'
+        #: end; seconds reading and matching (rereads and their backoff included)
+        self.stats = {"windows": 0, "reread": 0, "late_removed": 0, "unmatched": 0, "wait_seconds": 0.0,
+                      "read_seconds": 0.0}
+        self._logged = -1e9  # monotonic time of the last unmatched-window line
+        self._quiet = 0  # unmatched windows counted since then
+        self._misses = 0  # unmatched windows since the last matched one
+
+    def timeout(self) -> float:
+        """How long to wait for the archive: as for context-queries (moirae.deploy.manager)."""
+        return 5 * self.trigger_s + 2
+
+    def __call__(self, spec: DigestSpec, digests: Sequence[Digest]) -> list[list[tuple[int, datetime]]]:
+        if spec != self.spec:
+            raise ValueError(f"resolver of {self.spec} given digests of {spec}")
+        if not digests:
+            return []
+        windows = [(d.keys, from_micros(d.lo_us), from_micros(d.hi_us)) for d in digests]
+        timeout = self.timeout()
+        t0 = time.monotonic()
+        self.waits.wait([spec.stream], max(w[2] for w in windows), timeout,
+                                  why=f"provenance of {len(digests)} window(s) of {spec.stream!r}")
+        waited = time.monotonic() - t0
+        # a stream whose last windows all went unmatched gives this query other rows than
+        # its archive (a source sampled per query): rereading would only stall each batch
+        deadline = t0 + timeout if self._misses < MISSES_BEFORE_NO_REREAD else 0.0
+        out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
+        pending, delay, reread = [], 0.05, 0
+        for i, d in enumerate(digests):
+            why = unarchivable(d.keys)
+            if why is not None:  # its tuples are dead letters: nothing to read or wait for
+                out[i] = []
+                self._unmatched(windows[i], d, 0, f"a key value {why}: its tuples are dead letters")
+            else:
+                pending.append(i)
+        self.summaries.start()
+        if pending:
+            self.summaries.now(min(windows[i][1] for i in pending), max(windows[i][2] for i in pending))
+        while pending:
+            rows = window_rows(self.archiver, spec.stream, spec.keys, [windows[i] for i in pending],
+                               summarize=False)
+            short = []
+            for i, cands in zip(pending, rows, strict=True):
+                d = digests[i]
+                m = match(cands, d.n, d.x)
+                if m.rows is not None:
+                    out[i] = [(sid, ts) for sid, ts, _ in m.rows]
+                    with self._lock:
+                        self.stats["late_removed"] += m.removed
+                        self._misses = 0
+                elif m.short and time.monotonic() + delay < deadline:
+                    short.append(i)
+                else:
+                    out[i] = [(sid, ts) for sid, ts, _ in cands]
+                    self._unmatched(windows[i], d, len(cands))
+            if short:
+                reread += len(short)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+            pending = short
+        with self._lock:
+            self.stats["windows"] += len(digests)
+            self.stats["reread"] += reread
+            self.stats["wait_seconds"] += waited
+            self.stats["read_seconds"] += time.monotonic() - t0 - waited
+        return out  # type: ignore[return-value]
+
+    def _unmatched(self, window, d: Digest, have: int, why: str = "") -> None:
+        """Count an unmatched window; log it, or (within a minute of the last line) only
+        count it for the next line, so a source that never matches does not flood the log."""
+        now = time.monotonic()
+        with self._lock:
+            self.stats["unmatched"] += 1
+            self._misses += 1
+            self._quiet += 1
+            if now - self._logged < 60:
+                return
+            quiet, self._quiet, self._logged = self._quiet - 1, 0, now
+        log.warning("moirae: provenance of the window %s..%s of %r keys %s=%s: the archive holds %d tuple(s), the "
+                    "window aggregated %d%s; taking the archive's (%s)%s",
+                    window[1].isoformat(), window[2].isoformat(), self.spec.stream, list(self.spec.keys),
+                    list(d.keys), have, d.n, " with another id XOR" if have == d.n else "",
+                    why or "a source that gives each streaming query other rows, such as one stamped with the "
+                    "query's own clock, does this",
+                    f"; {quiet} more unmatched window(s) since the last such line" if quiet else "")
+
+    def start(self) -> None:
+        """Start keeping the stream's BRIN summaries up (idempotent; a batch's digests
+        start them too)."""
+        self.summaries.start()
+
+    def stop(self) -> None:
+        """Stop the background summaries."""
+        self.summaries.stop()
+
+    def status(self) -> dict:
+        with self._lock:
+            return {**self.stats, "wait_seconds": round(self.stats["wait_seconds"], 3),
+                    "read_seconds": round(self.stats["read_seconds"], 3), "summaries": self.summaries.status()}
