@@ -1,9 +1,10 @@
-"""Shared fixtures: one Spark session per run, and PostgreSQL both ways.
+"""Shared fixtures: one Spark session per run, PostgreSQL both ways, and the engine factory.
 
 ``pg`` is parametrized over the embedded server (``pgserver``, always) and the external
 server at 127.0.0.1:5432 (or ``MOIRAE_TEST_EXTERNAL_DSN``) when one answers, so every
-database test runs against both (DESIGN.md §5, STYLE.md "Contract suites"). Each test
-gets its own schema, dropped afterwards.
+database test runs against both. Each test gets its own schema, dropped afterwards.
+The run policy (markers derived from these fixtures, the quick guard, skipped areas,
+Hypothesis examples under CI) is the plugin :mod:`tests.areas`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,20 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from hypothesis import HealthCheck, settings
 
 from archive.pg import Database, embedded_dsn
+
+pytest.register_assert_rewrite("tests.areas")  # imported here before pytest loads it as a plugin
+pytest_plugins = ("tests.areas",)  # derived markers, the quick guard, the skip policy
+from tests.areas import CI  # noqa: E402
+
+# CI runs on a loaded 2-core machine: no per-example deadline or too-slow check there, and a
+# failure prints the blob that replays it (tests/areas.py raises the examples of properties
+# over Spark and PostgreSQL to 20 there)
+settings.register_profile("ci", deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+if CI:
+    settings.load_profile("ci")
 
 EXTERNAL_DEFAULT = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
 TEST_DATA_DIR = Path(os.environ.get("MOIRAE_TEST_DATA_DIR", Path(__file__).resolve().parent.parent / ".moirae-test"))
@@ -64,8 +77,21 @@ def pg(pg_dsn) -> Database:
 @pytest.fixture(scope="session")
 def spark():
     """The one SparkSession of the test run."""
-    from moirae.spark import spark_session
+    from moirae.runtime.spark import spark_session
 
     session = spark_session(master="local[2]", app_name="moirae-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def engine_factory(pg, tmp_path, monkeypatch):
+    """``engine_factory(data="data", **sections)`` -> a new Engine on this test's ``pg``
+    schema with its data under ``tmp_path / data`` (:func:`tests.engine_factory.make_engine`);
+    the caller closes it."""
+    from tests.engine_factory import make_engine
+
+    def make(data: str = "data", **sections):
+        return make_engine(pg, tmp_path / data, monkeypatch, **sections)
+
+    return make

@@ -73,7 +73,7 @@ EFFECTS: dict[str, Effect] = {
     "archive.recent_chunks": Effect("tests/archive/test_tiers.py::test_demote_builds_indexes_and_age_drops_them", 3,
                                     lambda e: e.archiver.settings.recent_chunks),
     "archive.statement_timeout": Effect(
-        "tests/recall/manager/test_manager_safety.py::test_statement_timeout_fails_the_task_with_the_timeout_named",
+        "tests/recall/manager/test_safety.py::test_statement_timeout_fails_the_task_with_the_timeout_named",
         "2s", lambda e: (e.archiver.settings.statement_timeout_ms, e.deploy.manager.timeout_ms)),
     "archive.history_parallel_workers": Effect(
         "tests/archive/test_history.py::test_a_history_query_starts_no_parallel_workers_unless_configured", 2,
@@ -84,22 +84,22 @@ EFFECTS: dict[str, Effect] = {
                                   "silently_switch_reader"),
     "archive.maintenance_interval": Effect("tests/moirae/test_config_effects.py::test_maintenance_interval_paces_the_"
                                            "maintenance_job"),
-    "recall.max_concurrent": Effect("tests/recall/manager/test_manager_run.py", 1,
+    "recall.max_concurrent": Effect("tests/recall/manager/test_run.py", 1,
                                     lambda e: e.deploy.manager.max_concurrent),
-    "recall.default_tickets": Effect("tests/scheduler/test_sched_scheduler.py::test_shares_follow_tickets_exactly", 7,
+    "recall.default_tickets": Effect("tests/scheduler/test_scheduler.py::test_shares_follow_tickets_exactly", 7,
                                      lambda e: e.deploy.scheduler.config.default_tickets),
-    "recall.min_tickets": Effect("tests/scheduler/test_sched_scheduler.py::test_submit_below_the_floor_is_refused", 5,
+    "recall.min_tickets": Effect("tests/scheduler/test_scheduler.py::test_submit_below_the_floor_is_refused", 5,
                                  lambda e: e.deploy.scheduler.config.min_tickets),
-    "recall.tickets_per_result": Effect("tests/scheduler/test_sched_scheduler.py::test_tickets_deducted_in_proportion"
+    "recall.tickets_per_result": Effect("tests/scheduler/test_scheduler.py::test_tickets_deducted_in_proportion"
                                         "_to_results_with_carry_and_floor", 2.0,
                                         lambda e: e.deploy.scheduler.config.tickets_per_result),
-    "recall.feedback_period": Effect("tests/scheduler/test_sched_scheduler.py::test_unbounded_task_suspends_every_"
+    "recall.feedback_period": Effect("tests/scheduler/test_scheduler.py::test_unbounded_task_suspends_every_"
                                      "feedback_period", 3, lambda e: e.deploy.scheduler.config.feedback_period),
-    "recall.feedback_timeout": Effect("tests/scheduler/test_sched_scheduler.py::test_feedback_deadline_discards_"
+    "recall.feedback_timeout": Effect("tests/scheduler/test_scheduler.py::test_feedback_deadline_discards_"
                                       "exactly_at_the_boundary_not_one_tick_before", "9s",
                                       lambda e: e.deploy.scheduler.config.feedback_timeout),
     "recall.materialization_load_threshold": Effect(
-        "tests/scheduler/test_sched_scheduler.py::test_materialization_uses_a_background_slot_under_light_load", 0.9,
+        "tests/scheduler/test_scheduler.py::test_materialization_uses_a_background_slot_under_light_load", 0.9,
         lambda e: e.deploy.scheduler.config.light_load),
     "similarity.k": Effect("tests/moirae/test_config_effects.py::test_similarity_settings_reach_similarity_recall"),
     "similarity.bandwidth": Effect("tests/moirae/test_config_effects.py::test_similarity_settings_reach_similarity_"
@@ -118,10 +118,10 @@ EFFECTS: dict[str, Effect] = {
     "ananke.variant": Effect("tests/moirae/test_ankn_live.py::test_ankn_variant_writes_the_live_provenance_graph"),
     "ananke.window_provenance": Effect("tests/moirae/test_window_digest_live.py::test_archive_resolved_window_"
                                        "provenance_equals_the_state_list"),
-    "api.host": Effect("tests/api/test_api_auth.py::test_mutations_need_the_bearer_token", "localhost",
+    "api.host": Effect("tests/api/test_auth.py::test_mutations_need_the_bearer_token", "localhost",
                        lambda e: _served(e)[0]),
     "api.port": Effect("tests/test_config_keys.py::test_probe", "FREE", lambda e: _served(e)[1]),
-    "api.token": Effect("tests/api/test_api_auth.py::test_mutations_need_the_bearer_token", "s3cret", _token),
+    "api.token": Effect("tests/api/test_auth.py::test_mutations_need_the_bearer_token", "s3cret", _token),
 }
 
 

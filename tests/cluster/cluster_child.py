@@ -1,6 +1,6 @@
 """One run of the cluster scenario, in its own process (one SparkContext per process).
 
-``python cluster_child.py MASTER DSN SCHEMA DATA_DIR SCENARIO_FILE UNTIL SECONDS``:
+``python -m tests.cluster.cluster_child MASTER DSN SCHEMA DATA_DIR SCENARIO_FILE UNTIL SECONDS``:
 deploys the ``cluster`` scenario (history, archive, the overload alerts, the norm
 Recall, the contexts and Similarity Recall) on an engine whose ``spark.master`` is
 MASTER, streams its live part up to scenario time UNTIL, runs SECONDS and closes the
@@ -13,9 +13,11 @@ from __future__ import annotations
 import sys
 import time
 
+from tests.engine_factory import make_engine
+
 
 def main(master, dsn, schema, data_dir, scenario_file, until, seconds) -> int:
-    from moirae.engine import EngineError
+    from moirae.engine.engine import EngineError
 
     for attempt in range(3):
         try:
@@ -31,11 +33,10 @@ def main(master, dsn, schema, data_dir, scenario_file, until, seconds) -> int:
 
 
 def run(master, dsn, schema, data_dir, scenario_file, until, seconds: float) -> int:
-    from moirae import Engine
     from moirae.scenarios.cluster import deploy
 
-    engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
-                                spark={"master": master, "trigger": "1s"})
+    engine = make_engine((dsn, schema), data_dir,
+                         spark={"master": master, "trigger": "1s"})
     try:
         deploy(engine, progress=False, scenario_file=scenario_file, live_options={"until": until})
         print("READY", flush=True)

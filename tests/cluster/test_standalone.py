@@ -1,5 +1,5 @@
 """The engine, unchanged, on a Spark standalone cluster (issue 11 §5): one master and two
-workers started from the pyspark package (:mod:`moirae.standalone`). The cluster
+workers started from the pyspark package (:mod:`moirae.runtime.standalone`). The cluster
 scenario (archive, overload alerts with contexts, the norm Recall, Similarity Recall)
 runs for 60 s on the cluster and on ``local[2]`` over the same bounded input; the
 archive, the alerts and every recall operator's final results must be equal.
@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from archive import Database
+from moirae.runtime.standalone import StandaloneCluster
 from moirae.sources.cluster_config import load_cluster_config
-from moirae.standalone import StandaloneCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def small_scenario(path: Path) -> tuple[Path, str]:
 
 
 def run(master: str, dsn: str, schema: str, data_dir: Path, scenario: Path, until: str) -> None:
-    cmd = [sys.executable, str(HERE / "cluster_child.py"), master, dsn, schema, str(data_dir), str(scenario),
+    cmd = [sys.executable, "-m", "tests.cluster.cluster_child", master, dsn, schema, str(data_dir), str(scenario),
            until, str(SECONDS)]
     done = subprocess.run(cmd, capture_output=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0 and b"DONE" in done.stdout, \
