@@ -1,9 +1,9 @@
-"""The alert clock's window-close instant (bench/_alert_clock.py): its docstring example
+"""The alert clock's window-close instant (bench/engine/_alert_clock.py): its docstring example
 runs (bench modules are outside the package doctest sweep)."""
 
 import doctest
 
-import bench._alert_clock as alert_clock
+import bench.engine._alert_clock as alert_clock
 
 
 def test_window_close_wall_examples_run():

@@ -1,13 +1,13 @@
-"""Fixtures of the fault-injection suite (issue 12 §6); see ``fault_helpers``."""
+"""Fixtures of the fault-injection suite; see ``fault_helpers``."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from fault_helpers import TEST_DATA_DIR, PrivateServer
 
 from archive.pg import Database
+from tests.faults.fault_helpers import TEST_DATA_DIR, PrivateServer
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """A child process running the small scenario's engine for the disk pressure test.
 
-Usage: python disk_child.py DATA_DIR DSN SCHEMA FOLDER CONTROL
+Usage: python -m tests.faults.disk_child DATA_DIR DSN SCHEMA FOLDER CONTROL
 
 Logs as ``moirae`` commands do (everything to ``DATA_DIR/logs/engine.log``, warnings as
 one line on stderr), archives the CSV files appearing in FOLDER and runs the overload
@@ -16,17 +16,15 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "moirae"))
-import scenario_small as sc  # noqa: E402
-
-from moirae import Engine  # noqa: E402
-from moirae.errorlog import log_dir, route_logging  # noqa: E402
+import tests.moirae.scenario_small as sc
+from moirae.runtime.errorlog import log_dir, route_logging
+from tests.engine_factory import make_engine
 
 
 def main(data_dir: str, dsn: str, schema: str, folder: str, control: str) -> None:
     route_logging(log_dir(data_dir) / "engine.log")
-    engine = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema},
-                                spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0})
+    engine = make_engine((dsn, schema), data_dir,
+                         spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0})
     df = engine.spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(folder)
     engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
     engine.event_query("overload", sc.overload, inputs=["metrics"])

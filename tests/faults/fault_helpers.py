@@ -1,7 +1,13 @@
 """Helpers of the fault-injection suite: a private embedded PostgreSQL the test may stop
 and start (the shared servers, and the external one at 127.0.0.1:5432, are never
-touched), and ``record`` which stores each fault's figures in
-``bench/results/faults_runs.json`` for ``python -m bench.faults`` to publish in BENCHMARKS.md.
+touched), and ``measuring`` which stores each fault's figures in ``$MOIRAE_FAULT_RUNS``
+(set by ``python -m bench faults``, which publishes them in BENCHMARKS.md; a plain test
+run writes them under the test data directory).
+
+A test fills the figures as it measures them and asserts afterwards; ``measuring``
+records them when the test ends, whether its assertions held or not, with ``passed`` and
+the failure, so a regression is recorded as a miss instead of leaving the last good
+figures in place.
 """
 
 from __future__ import annotations
@@ -9,14 +15,17 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg2
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = ROOT / "bench" / "results" / "faults_runs.json"
 TEST_DATA_DIR = Path(os.environ.get("MOIRAE_TEST_DATA_DIR", ROOT / ".moirae-test"))  # as tests/conftest.py
+# bench.faults sets MOIRAE_FAULT_RUNS; a plain test run keeps its records out of bench/results
+RUNS = Path(os.environ.get("MOIRAE_FAULT_RUNS", TEST_DATA_DIR / "faults_runs.json"))
 
 
 class PrivateServer:
@@ -67,17 +76,41 @@ class PrivateServer:
 
 
 def record(fault: str, **figures) -> None:
-    """Store this run's figures of one fault (merged into ``faults_runs.json``)."""
+    """Store this run's figures of one fault (merged into ``faults_runs.json``), with the
+    commit of the tree that measured them."""
+    from bench.harness import commit
+
     RUNS.parent.mkdir(parents=True, exist_ok=True)
     try:
         data = json.loads(RUNS.read_text())
     except (FileNotFoundError, ValueError):
         data = {}
     data[fault] = {**figures, "at": datetime.now(UTC).isoformat(timespec="seconds"),
-                   "load_avg_1m": round(os.getloadavg()[0], 2)}
+                   "load_avg_1m": round(os.getloadavg()[0], 2), "commit": commit()}
     tmp = RUNS.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(RUNS)
+
+
+@contextmanager
+def measuring(fault: str, enabled: bool = True) -> Iterator[dict]:
+    """The figures of one fault run, to fill while measuring; recorded when the block
+    ends, with ``passed`` False and the ``failure`` when an assertion (or anything else)
+    failed in it. A skip records nothing; ``enabled=False`` (a second backend of the same
+    test) neither."""
+    import pytest
+
+    figures: dict = {}
+    try:
+        yield figures
+    except pytest.skip.Exception:
+        raise
+    except BaseException as exc:
+        if enabled:
+            record(fault, **figures, passed=False, failure=f"{type(exc).__name__}: {str(exc)[:400]}")
+        raise
+    if enabled:
+        record(fault, **figures, passed=True)
 
 
 def backends(dsn: str) -> int:

@@ -41,12 +41,12 @@ from pathlib import Path
 import pandas as pd
 import psycopg2
 import pytest
-from fault_helpers import TEST_DATA_DIR, PrivateServer, record
+
+import tests.moirae.scenario_small as sc
+from tests.faults.fault_helpers import TEST_DATA_DIR, PrivateServer, measuring
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "moirae"))
-import scenario_small as sc  # noqa: E402
 
 SIZE = "24m"
 SIZE_WITH_PG = "120m"  # an initialised PostgreSQL takes about 40 MB
@@ -98,10 +98,10 @@ class Child:
     """The engine child: its output collected by a thread, its STATUS lines parsed."""
 
     def __init__(self, args: list[str]) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parents[1])])}
+        env = {**os.environ, "PYTHONPATH": str(HERE.parents[1])}
         env.pop("MOIRAE_PG_DSN", None)
         env.pop("MOIRAE_LOG_DIR", None)
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "disk_child.py"), *args], cwd=HERE.parents[1],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.faults.disk_child", *args], cwd=HERE.parents[1],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.lines: list[str] = []
         self.status: dict = {}
@@ -168,8 +168,16 @@ def _fill(path: Path) -> int:
 
 @pytest.mark.parametrize("disk", ["engine", "engine+pg"], indirect=True)
 def test_disk_pressure(disk, tmp_path, request):
-    tmpfs, dsn, schema = disk
     with_pg = request.node.callspec.params["disk"] == "engine+pg"
+    with measuring("disk_pressure_pg" if with_pg else "disk_pressure") as figures:
+        _fill_and_recover(disk, tmp_path, with_pg, figures)
+
+
+def _fill_and_recover(disk, tmp_path: Path, with_pg: bool, figures: dict) -> None:
+    """Run the engine, fill its disk, free it, restart from the checkpoints; fill
+    ``figures`` with what was lost, logged and left behind, then assert on them. Long:
+    one scenario in order, each phase waiting for the previous one's effect."""
+    tmpfs, dsn, schema = disk
     data = tmpfs / "data"
     folder, control = tmp_path / "in", tmp_path / "control"
     folder.mkdir()
@@ -245,7 +253,7 @@ def test_disk_pressure(disk, tmp_path, request):
     stray = sorted(str(p.relative_to(data)) for p in (data / "checkpoints").rglob("*")
                    if p.is_file() and p.stat().st_size == 0 and not p.name.endswith((".tmp", ".crc")))
     rows = (PARTS + 1) * len(live[0])
-    figures = {"tmpfs": SIZE_WITH_PG if with_pg else SIZE, "postgres_on_tmpfs": with_pg, "ballast_bytes": filled, "rows": int(total), "rows_expected": rows,
+    figures.update({"tmpfs": SIZE_WITH_PG if with_pg else SIZE, "postgres_on_tmpfs": with_pg, "ballast_bytes": filled, "rows": int(total), "rows_expected": rows,
                "lost": rows - int(distinct), "duplicated": int(total) - int(distinct),
                "events": len(events), "events_expected": len(expected),
                "events_duplicated": sum(n - 1 for _, n in events),
@@ -253,11 +261,10 @@ def test_disk_pressure(disk, tmp_path, request):
                "clear_error_lines": len(clear), "lines_while_full": len(while_full), "traceback_lines": len(spew),
                "empty_checkpoint_files": stray, "restart_failed": restart_failed,
                "messages": [ln[:300] for ln in while_full[:6]],
-               "phases_s": {k: round(v, 1) for k, v in phases.items()}}
+               "phases_s": {k: round(v, 1) for k, v in phases.items()}})
     figures["ok"] = (figures["lost"] == figures["duplicated"] == figures["events_duplicated"] == 0
                      and {e for e, _ in events} == expected == logged and len(clear) >= 1 and not spew
                      and not stray and not restart_failed)
-    record("disk_pressure_pg" if with_pg else "disk_pressure", **figures)
     assert total == distinct == rows, figures
     assert {e for e, _ in events} == expected and {n for _, n in events} == {1}, figures
     assert logged == expected, figures

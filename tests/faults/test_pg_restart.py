@@ -15,14 +15,14 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
-from fault_helpers import record
 
 from archive.streams import StreamSpec
-from moirae import Engine
 from moirae.api import create_app
-from moirae.events import EventRecord
-from moirae.status_view import render_status
+from moirae.ingest.events import EventRecord
+from moirae.read.status_view import render_status
 from recall.operator import Recall
+from tests.engine_factory import make_engine
+from tests.faults.fault_helpers import measuring
 
 pytestmark = [pytest.mark.faults, pytest.mark.postgres, pytest.mark.slow]
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
@@ -41,9 +41,8 @@ def _batch(i: int) -> pa.Table:
 def test_postgres_restart_mid_stream(private_pg, private_db, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     monkeypatch.setenv("MOIRAE_PG_RETRY_SECONDS", "90")
-    engine = Engine.from_config(None, data_dir=str(tmp_path / "data"),
-                                postgres={"dsn": private_pg.dsn, "schema": private_db.schema},
-                                archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2})
+    engine = make_engine((private_pg.dsn, private_db.schema), tmp_path / "data",
+                         archive={"chunk_span": "10m", "chunk_target_rows": 0}, recall={"max_concurrent": 2})
     try:
         engine.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "text", "bw": "double"},
                                                          indexes=[("sid",)]))
@@ -68,51 +67,62 @@ def test_postgres_restart_mid_stream(private_pg, private_db, tmp_path, monkeypat
 
         writer = threading.Thread(target=stream)
         writer.start()
-        while len(appended) < 15:
-            time.sleep(0.02)
-        t_stop = time.monotonic()
-        private_pg.stop()
-        time.sleep(2.0)
-        assert engine.db.health.report()["state"] == "down", "the outage should be noticed while it lasts"
-        down_status = engine.db.health.report()["current"]
-        private_pg.start()
-        t_up = time.monotonic()
-        writer.join(timeout=180)
-        assert not writer.is_alive() and not errors, errors
-        first_after = next(t for t in appended if t > t_up)
-
-        # 0 lost, 0 duplicated
-        with private_db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT count(*), count(DISTINCT _sid) FROM metrics")
-            total, distinct = cur.fetchone()
-            cur.execute("SELECT count(*) FROM moirae_batches WHERE stream = 'metrics'")
-            batches = cur.fetchone()[0]
-            cur.execute("SELECT count(*) FROM moirae_events")
-            events = cur.fetchone()[0]
-        assert total == distinct == BATCHES * ROWS and batches == BATCHES
-        assert events == (BATCHES - 1) // 10
-        # recall tasks ride through: every event's tasks end done, none failed
-        deadline = time.monotonic() + 60
-        while engine.deploy.manager.open_events() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        views = engine.deploy.manager.tasks()
-        failed = [v for v in views if v.error]
-        assert not failed, failed
-        assert not engine.deploy.manager.open_events(), _stuck(engine, private_pg.dsn)
-
-        # reported: archive status (text and JSON) and the API
-        status = engine.archiver.status()
-        outages = status["database"]["outages"]
-        assert status["database"]["state"] == "up" and len(outages) >= 1 and outages[0]["retries"] >= 1
-        assert "PostgreSQL outages: " in render_status(status)
-        api = TestClient(create_app(engine)).get("/api/status").json()
-        assert api["archive"]["database"]["outages"][0]["retries"] >= 1
-        record("pg_restart", rows=int(total), rows_expected=BATCHES * ROWS, lost=BATCHES * ROWS - int(distinct),
-               duplicated=int(total - distinct), failed_tasks=len(failed), retries=outages[0]["retries"],
-               server_down_s=round(t_up - t_stop, 2), resumed_after_s=round(first_after - t_up, 2),
-               retries_while_down=down_status["retries"], reported_in=["archive status", "/api/status"])
+        with measuring("pg_restart") as figures:
+            _restart_mid_stream(engine, private_pg, private_db, writer, appended, errors, figures)
     finally:
         engine.close()
+
+
+def _restart_mid_stream(engine, private_pg, private_db, writer, appended, errors, figures: dict) -> None:
+    """Stop and start the server while ``writer`` streams; fill ``figures`` with what was
+    archived, retried and reported, then assert on them."""
+    while len(appended) < 15:
+        time.sleep(0.02)
+    t_stop = time.monotonic()
+    private_pg.stop()
+    time.sleep(2.0)
+    down_state = engine.db.health.report()["state"]
+    down_status = engine.db.health.report()["current"]
+    private_pg.start()
+    t_up = time.monotonic()
+    writer.join(timeout=180)
+    first_after = next((t for t in appended if t > t_up), None)
+    figures.update(server_down_s=round(t_up - t_stop, 2), retries_while_down=down_status["retries"],
+                   state_while_down=down_state, writer_errors=[repr(e)[:200] for e in errors],
+                   resumed_after_s=None if first_after is None else round(first_after - t_up, 2))
+    assert down_state == "down", "the outage should be noticed while it lasts"
+    assert not writer.is_alive() and not errors, errors
+
+    # 0 lost, 0 duplicated
+    with private_db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*), count(DISTINCT _sid) FROM metrics")
+        total, distinct = cur.fetchone()
+        cur.execute("SELECT count(*) FROM moirae_batches WHERE stream = 'metrics'")
+        batches = cur.fetchone()[0]
+        cur.execute("SELECT count(*) FROM moirae_events")
+        events = cur.fetchone()[0]
+    # recall tasks ride through: every event's tasks end done, none failed
+    deadline = time.monotonic() + 60
+    while engine.deploy.manager.open_events() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    failed = [v for v in engine.deploy.manager.tasks() if v.error]
+    # reported: archive status (text and JSON) and the API
+    status = engine.archiver.status()
+    outages = status["database"]["outages"]
+    api = TestClient(create_app(engine)).get("/api/status").json()
+    api_outages = api["archive"]["database"]["outages"]
+    figures.update(rows=int(total), rows_expected=BATCHES * ROWS, lost=BATCHES * ROWS - int(distinct),
+                   duplicated=int(total - distinct), batches=int(batches), events=int(events),
+                   failed_tasks=len(failed), retries=outages[0]["retries"] if outages else 0,
+                   reported_in=[where for where, seen in (("archive status", bool(outages)),
+                                                           ("/api/status", bool(api_outages))) if seen])
+    assert total == distinct == BATCHES * ROWS and batches == BATCHES
+    assert events == (BATCHES - 1) // 10
+    assert not failed, failed
+    assert not engine.deploy.manager.open_events(), _stuck(engine, private_pg.dsn)
+    assert status["database"]["state"] == "up" and len(outages) >= 1 and outages[0]["retries"] >= 1
+    assert "PostgreSQL outages: " in render_status(status)
+    assert api_outages[0]["retries"] >= 1
 
 
 def _stuck(engine, dsn: str) -> str:

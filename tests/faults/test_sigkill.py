@@ -11,15 +11,13 @@ provenance edge points at an archived row."""
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
-from fault_helpers import record
+
+from tests.faults.fault_helpers import measuring
+from tests.moirae.kill_restart import check_recovered, run_with_kills
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "moirae"))
-from kill_restart import check_recovered, run_with_kills  # noqa: E402
 
 SEED, KILLS = 20261123, 3
 MAX_EXTRA_DELAY_S = 1.0  # below one event's recall (~2.5 s of slowed history-queries)
@@ -29,9 +27,10 @@ def test_three_sigkills_then_restart(pg, tmp_path):
     if pg.dsn.startswith("host=127.0.0.1"):
         pytest.skip("one backend is enough for the process-kill test (slow)")
     rng = random.Random(SEED)
-    run = run_with_kills(pg, tmp_path, [rng.uniform(0.0, MAX_EXTRA_DELAY_S) for _ in range(KILLS)])
-    # no kill may miss: each must leave at least one event with open recall behind it
-    assert all(n > 0 for n in run.open_at_kills), f"a kill hit no open recall: {run.open_at_kills}"
-    figures = check_recovered(pg, run)
-    record("sigkill", kills=KILLS, seed=SEED, delays_s=run.delays_s, reported_open_at_kills=run.reported_open,
-           open_events_at_kills=run.open_at_kills, killed_open_events=len(run.killed_open), **figures)
+    with measuring("sigkill") as figures:
+        run = run_with_kills(pg, tmp_path, [rng.uniform(0.0, MAX_EXTRA_DELAY_S) for _ in range(KILLS)])
+        figures.update(kills=KILLS, seed=SEED, delays_s=run.delays_s, reported_open_at_kills=run.reported_open,
+                       open_events_at_kills=run.open_at_kills, killed_open_events=len(run.killed_open))
+        # no kill may miss: each must leave at least one event with open recall behind it
+        assert all(n > 0 for n in run.open_at_kills), f"a kill hit no open recall: {run.open_at_kills}"
+        figures.update(check_recovered(pg, run))  # asserts as it measures; a failure is recorded as a miss

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from moirae.supervise import LiveQuery, Supervisor
+from moirae.runtime.supervise import LiveQuery, Supervisor
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark]
 

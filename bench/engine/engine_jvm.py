@@ -1,4 +1,4 @@
-"""The engine on Spark's JVM ``rate`` source (issue 11 §1): how much of plain Spark's
+"""The engine on Spark's JVM ``rate`` source: how much of plain Spark's
 capacity each layer of the engine keeps.
 
 The source is Spark's ``rate`` source shaped like the metrics stream: ``ts`` (from the
@@ -34,7 +34,7 @@ measured time, and stepped down by 3/4 until it holds (:func:`held`).
 (``--soak-rate``, else the last published full-engine capacity) and samples driver and
 JVM RSS, open recall tasks and the present tier's in-memory rows.
 
-Run: ``python -m bench.engine_jvm [--quick] [--soak MINUTES]``.
+Run: ``python -m bench engine_jvm [--quick] [--soak MINUTES]``.
 """
 
 from __future__ import annotations
@@ -49,9 +49,14 @@ from pathlib import Path
 import psutil
 
 from bench.cpu_share import CLASSES, CpuShare
-from bench.engine_e2e import OPEN_STATES, STOP_GRACE_S, Bench, jvm_rss, memory_growth, pct
-from bench.report import RESULTS, exit_code, publish, target
-from moirae.graceful_stop import stop_between_batches
+from bench.engine.engine_e2e import OPEN_STATES, STOP_GRACE_S, Bench, jvm_rss, memory_growth, pct
+from bench.harness import RESULTS, exit_code, publish, target
+from moirae.runtime.graceful_stop import stop_between_batches
+
+MEASURES = (  # the code this benchmark measures (bench.harness.staleness)
+    "bench/engine/engine_jvm.py", "bench/engine/engine_e2e.py", "bench/cpu_share.py",
+    "bench/engine/_alert_clock.py", "moirae", "archive", "recall", "scheduler", "similarity", "ananke",
+)
 
 KEYS, HOT, THRESHOLD, USERS_RATE = 1000, 5, 500.0, 50
 CONFIGS = ("plain", "archive", "provenance", "provenance_state", "full")
@@ -100,7 +105,7 @@ def overload(m):
 
 
 # The users seen on the event's server in the 10 seconds before it: a SQL context-query,
-# one PostgreSQL read per batch of events (moirae/context_sql.py), as the scenario's.
+# one PostgreSQL read per batch of events (moirae/queries/context_sql.py), as the scenario's.
 USERS_SQL = ('SELECT DISTINCT e.eid, e.ts, u."user" FROM events e JOIN users u '
              "ON u.sid = e.sid AND u.ts <= e.ts AND u.ts > e.ts - interval '10 seconds'")
 
@@ -118,7 +123,7 @@ class Run:
 
     def _plain(self, b: Bench) -> None:
         from ananke.query import ProvQuery
-        from moirae.spark import spark_session
+        from moirae.runtime.spark import spark_session
 
         spark = spark_session()
         pq = ProvQuery(enabled=False)
@@ -152,7 +157,7 @@ class Run:
             e.context_query("overload", USERS_SQL, name="users", window="10s")
             e.similarity_recall("overload", k=3, name="similar")
         e.start()
-        self.queries = [s.query for s in e._sources.values() if s.query is not None] + [f.streaming for f in e.deploy.flows.values()]
+        self.queries = [s.query for s in e.sources.by_name.values() if s.query is not None] + [f.streaming for f in e.deploy.flows.values()]
 
     def check(self) -> None:
         for q in self.queries:
@@ -181,8 +186,8 @@ def batch_stats(query, warm_ms: int) -> dict:
     dur = [p["durationMs"].get("triggerExecution", 0) for p in late]
     add = [p["durationMs"].get("addBatch", 0) for p in late]
     return {"batches": len(late), "expected": round((time.time() * 1000 - t0 - warm_ms) / (TRIGGER_S * 1000), 1),
-            "median_ms": pct(dur, 0.5), "p90_ms": pct(dur, 0.9), "max_ms": max(dur, default=None),
-            "add_batch_median_ms": pct(add, 0.5), "input_rows": sum(p.get("numInputRows", 0) for p in late)}
+            "median_ms": pct(dur, 50), "p90_ms": pct(dur, 90), "max_ms": max(dur, default=None),
+            "add_batch_median_ms": pct(add, 50), "input_rows": sum(p.get("numInputRows", 0) for p in late)}
 
 
 def measure(b: Bench, config: str, rate: int, seconds: float, warm: float, label: str = "") -> dict:
@@ -276,12 +281,10 @@ def held(b: Bench, cap: dict, cfg: str, seconds: float, warm: float, steps: int 
     Why: a ladder step (40 s) ends before a chunk of the archive (1 minute at these
     rates, the floor of :func:`archive.chunks.choose_interval`) fills, so the engine's
     per-chunk work never happens inside one: the demotion's B-tree build, autovacuum
-    turned back on, a history-query reading a whole present chunk. The 10-minute soak
-    at 0.8 of the full engine's 40-second capacity ran slightly behind its trigger
-    (2026-11-26: slowest batch 2.3-2.7 s against 2 s). A capacity is the rate the engine
+    turned back on, a history-query reading a whole present chunk. A capacity is the rate the engine
     holds through all of that, so ``seconds`` must cover a whole chunk's life.
 
-    >>> import bench.engine_jvm as m
+    >>> import bench.engine.engine_jvm as m
     >>> real, m.measure = m.measure, lambda _b, c, rate, s, w: {"config": c, "rate": rate, "sustained": rate <= 70}
     >>> cap = {"sustained_rows_per_s": 100, "runs": []}
     >>> m.held(None, cap, "full", 150, 10)
@@ -314,9 +317,8 @@ def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 2)
     cannot exceed ``ceiling / plain``: the figure says how much of the archive target
     this machine allows at all.
 
-    Until 2026-11-26 the ceiling was a 2M-row burst, which overstates it: in a probe that
-    day 8M rows went in at 3.6M rows/s over 2 s, and 30 s of the same at 2.5M rows/s
-    (embedded server). The first transactions' rate is kept as ``burst_rows_per_s``."""
+    A short burst overstates the ceiling (the first seconds go in faster than a sustained
+    load); the first transactions' rate is kept as ``burst_rows_per_s``."""
     import threading
 
     import numpy as np
@@ -628,7 +630,7 @@ def held_mark(run: dict, data: dict) -> str:
 
 
 def markdown(data: dict) -> str:
-    lines = [f"## Engine on a JVM source (`bench/engine_jvm.py`{' --quick' if data['quick'] else ''})", ""]
+    lines = [f"## Engine on a JVM source (`bench/engine/engine_jvm.py`{' --quick' if data['quick'] else ''})", ""]
     if "capacity" in data:
         lines += [f"Spark `rate` source, 1000 keys, 5-s tumbling average + filter (alerts ~1/s), trigger "
                   f"{data['trigger_s']:g} s, {data['seconds']:g} s per rate (first {data['warm']:g} s discarded); "
@@ -711,7 +713,7 @@ def main(argv=None) -> int:
     ap.add_argument("--soak-rate", type=int, default=None, help="offered rate of the soak (default 0.8 x last full)")
     args = ap.parse_args(argv)
     TRIGGER_S = args.trigger
-    from moirae.spark import spark_session
+    from moirae.runtime.spark import spark_session
 
     spark_session()
     with tempfile.TemporaryDirectory(prefix="moirae-jvm-warm-") as d:  # JIT, Python workers: discarded
@@ -750,6 +752,11 @@ def main(argv=None) -> int:
     print(markdown(data), flush=True)
     return exit_code(targets(data))
 
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md section of a stored result."""
+    return markdown(data)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The cluster scenario's Spark source against generating the same rows in pandas (issue 11 §2).
+"""The cluster scenario's Spark source against generating the same rows in pandas.
 
 The live part of the cluster scenario reaches Spark through a Python Data Source
 (``moirae_cluster``, ``moirae/sources/spark_cluster.py``): each micro-batch's span of
@@ -18,7 +18,7 @@ for the same stream, the same spans and the same rows, in the same run.
 
 Target: Spark source steady-state rows/s >= 0.5x pandas rows/s.
 
-Run: ``python -m bench.scenario_source [--quick]`` (published as ``scenario_source_quick`` when quick).
+Run: ``python -m bench scenario_source [--quick]`` (published as ``scenario_source_quick`` when quick).
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ import os
 import statistics
 import time
 
-from bench.report import exit_code, publish, target
+from bench.harness import exit_code, publish, target
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/engine/scenario_source.py", "moirae")
 
 GOAL = 0.5
 CONFIG = "config/scenarios/cluster.yaml"
@@ -77,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--span", type=int, default=86_400, help="scenario seconds a micro-batch (maxSpanSeconds)")
     ap.add_argument("--hours", type=int, default=None)
     args = ap.parse_args(argv)
+    from moirae.runtime.spark import spark_session
     from moirae.sources.cluster_config import load_cluster_config
     from moirae.sources.spark_cluster import register_cluster_source
-    from moirae.spark import spark_session
 
     hours = args.hours or (48 if args.quick else 168)
     span_s = args.span
@@ -164,6 +167,11 @@ def figure(data: dict):
     ax.set_title(f"scenario source: {data['ratio']:.2f}x pandas")
     return fig
 
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md section of a stored result."""
+    return markdown(data, data["benchmark"])
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""Similarity Recall at scale (DESIGN.md §7, M 3.5 and 4.5.2).
+"""Similarity Recall at scale (M 3.5 and 4.5.2).
 
 History: 1M past events of one type, ~20 attribute values each, drawn from zipfian
 domains per attribute (a few very common hosts, users, processes, ports and
@@ -23,7 +23,7 @@ The history's statistics are loaded as a snapshot (as after a restart); building
 dict contexts in Python would only time the data generator. ``learn_many`` and
 ``ContextChunk.from_contexts`` throughputs are measured on a sample and reported.
 
-Run: ``python -m bench.similarity_scale [--quick]`` (quick: 100k events, chunks of 10k;
+Run: ``python -m bench similarity_scale [--quick]`` (quick: 100k events, chunks of 10k;
 published as ``similarity_scale_quick``).
 """
 
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from bench.report import exit_code, publish, target
+from bench.harness import exit_code, percentile, publish, target
 from similarity import (
     ContextChunk,
     ContextStatistics,
@@ -48,6 +48,9 @@ from similarity import (
     search,
 )
 from similarity.stats import SNAPSHOT_KIND, SNAPSHOT_VERSION
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/similarity/similarity_scale.py", "similarity")
 
 # attribute -> (domain size, zipf exponent, values per context)
 ATTRIBUTES = {
@@ -227,7 +230,7 @@ def run(n: int, chunk_size: int, queries: int, exact_checks: int, seed: int) -> 
         "tf_gt_1": int((hist.tf.data > 1).sum()), "queries": queries, "k": K,
         "generate_s": round(gen_s, 2), "chunk_build_from_tf_s": round(build_s, 2),
         "learn_many_contexts_per_s": round(learn_rate), "from_contexts_per_s": round(build_rate),
-        "first_topk_ms": {"median": med(first_ms), "p90": round(float(np.percentile(first_ms, 90)), 3),
+        "first_topk_ms": {"median": med(first_ms), "p90": round(percentile(first_ms, 90), 3),
                           "max": max(first_ms), "all": first_ms},
         "score_all_ms": {"cold": med(cold_ms), "warm": med(warm_ms), "bare_matvec": med(bare_ms),
                          "cold_with_topk": med(e2e_ms)},
@@ -322,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def targets(data: dict) -> list[dict]:
-    """DESIGN §7 (similarity): first top-10 <= 100 ms; scoring >= 0.5 of a bare mat-vec; exact."""
+    """Similarity targets: first top-10 <= 100 ms; scoring >= 0.5 of a bare mat-vec; exact."""
     first, ratio = data["first_topk_ms"]["median"], data["ratio_vs_bare"]["cold"]
     exact = data["exact"]["identical_to_brute_force"]
     n = f"{data['events']:,} past events, prebuilt chunks"
@@ -330,6 +333,11 @@ def targets(data: dict) -> list[dict]:
             target(f"similarity: scoring vs bare sparse mat-vec ({n})", ">= 0.5x", f"{ratio:.2f}x", ratio >= 0.5),
             target(f"similarity: final top-k vs brute force ({n})", "identical", str(exact), bool(exact))]
 
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md section of a stored result."""
+    return markdown(data, data["benchmark"])
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,8 +1,8 @@
-"""One worker vs two on a Spark standalone cluster (issue 11 §5), on the JVM ``rate``
-source benchmark of :mod:`bench.engine_jvm`.
+"""One worker vs two on a Spark standalone cluster, on the JVM ``rate`` source benchmark
+of :mod:`bench.engine.engine_jvm`.
 
 For each cluster size a master and that many workers (1 core, 1 GB each) are started on
-this machine from the pyspark package (:class:`moirae.standalone.StandaloneCluster`),
+this machine from the pyspark package (:class:`moirae.runtime.standalone.StandaloneCluster`),
 the engine's Spark session points at it, and :func:`bench.engine_jvm.capacities` finds
 the highest offered rate each configuration sustains (batch time p90 <= the trigger):
 ``plain`` (plain Spark, the baseline) and ``archive`` (the engine archiving, each
@@ -12,7 +12,7 @@ cluster size, the 2-worker / 1-worker ratio, and archive / plain per size.
 The machine has 2 cores shared with everything else running, so two 1-core workers can
 at best double what one does; the load average is recorded with the result.
 
-Run: ``python -m bench.cluster_workers [--quick]``.
+Run: ``python -m bench cluster_workers [--quick]``.
 """
 
 from __future__ import annotations
@@ -24,17 +24,23 @@ from pathlib import Path
 
 import psutil
 
-from bench import engine_jvm
-from bench.engine_e2e import Bench
-from bench.engine_jvm import capacities, measure
-from bench.report import exit_code, publish, target
+from bench.engine import engine_jvm
+from bench.engine.engine_e2e import Bench
+from bench.engine.engine_jvm import capacities, measure
+from bench.harness import exit_code, publish, target
+
+MEASURES = (  # the code this benchmark measures (bench.harness.staleness)
+    "bench/engine/cluster_workers.py", "bench/engine/engine_e2e.py", "bench/engine/engine_jvm.py",
+    "bench/cpu_share.py", "bench/engine/_alert_clock.py", "moirae", "archive", "recall", "scheduler",
+    "similarity", "ananke",
+)
 
 CONFIGS = ("plain", "archive")
 
 
 def run_cluster(workers: int, configs, start: int, seconds: float, warm: float, limit: int) -> dict:
-    from moirae.spark import spark_session
-    from moirae.standalone import StandaloneCluster
+    from moirae.runtime.spark import spark_session
+    from moirae.runtime.standalone import StandaloneCluster
 
     t = time.monotonic()
     with StandaloneCluster(workers=workers, cores=1, memory="1g") as cluster:
@@ -79,7 +85,7 @@ def targets(data: dict) -> list[dict]:
         if one.get(cfg) and two.get(cfg):
             ratio = two[cfg] / one[cfg]
             bound = ">= " if capped(data, "2", cfg) and not capped(data, "1", cfg) else ""
-            note = ("no goal set (issue 11 §5 asks for the comparison); the ladder doubles the rate, so a ratio "
+            note = ("no goal set (a comparison asked for); the ladder doubles the rate, so a ratio "
                     "is known to a factor of 2; 2 shared cores cap it near 2x")
             if capped(data, "1", cfg) or capped(data, "2", cfg):
                 note += "; kept up at the ladder's top rate: a lower bound"
@@ -158,6 +164,11 @@ def main(argv=None) -> int:
     print(markdown(data), flush=True)
     return exit_code(targets(data))
 
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md section of a stored result."""
+    return markdown(data)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -29,7 +29,7 @@ Pure Python over the generator (no Spark, no PostgreSQL), deterministic:
 All incidents form one event type here (overloads and failures alike), so the same-kind
 baseline gets the kind for free, while TF-IDF only sees the context.
 
-Run: ``python -m bench.similarity_quality [--quick]`` (published as
+Run: ``python -m bench similarity_quality [--quick]`` (published as
 ``similarity_quality`` / ``similarity_quality_quick``).
 """
 
@@ -44,14 +44,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report import exit_code, publish, target
+from bench.harness import exit_code, publish, target
 from moirae.sources.cluster import ClusterScenario, ground_truth
 from moirae.sources.cluster_config import load_cluster_config
 from similarity import ContextChunk, ContextStatistics, QueryScorer, SimilarityConfig, TopK, brute_force
 from similarity.novelty import NoveltyCalibrator
 from similarity.scorer import ChunkScores
 
-ROOT = Path(__file__).resolve().parent.parent
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/similarity/similarity_quality.py", "similarity", "moirae")
+
+ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "config" / "scenarios" / "cluster.yaml"
 K = 5
 WARMUP = 20
@@ -65,7 +68,7 @@ IDF_OF = {"tfidf": "paper", "tfidf_smooth": "smooth"}
 
 def default_method() -> str:
     """The method the engine runs by default (config ``similarity.idf``): the one judged."""
-    from moirae.config import SimilarityConfig as EngineSimilarity
+    from moirae.config import SimilaritySettings as EngineSimilarity
 
     return {v: k for k, v in IDF_OF.items()}[EngineSimilarity().idf]
 NOVELTY_QUANTILE = 0.05  # the operator's default (config similarity.novelty_quantile)
@@ -419,7 +422,7 @@ def novelty_summary(rows: list[dict], planted: list[dict]) -> dict:
 
 def option_verdict(s: dict) -> str:
     """Which IDF wins where; the paper's is the default unless the other wins on both
-    (issue 10's rule), and the engine's default (``similarity.idf``) follows it."""
+    on both overall and rare causes), and the engine's default (``similarity.idf``) follows it."""
     o, r = s["overall"], s["rare"]
     head = (f"Overall {o['tfidf_smooth']:.3f} (smooth) vs {o['tfidf']:.3f} (paper); rare causes "
             f"{r['tfidf_smooth'] or 0:.3f} vs {r['tfidf'] or 0:.3f}. ")
@@ -482,7 +485,7 @@ def republish(name: str) -> int:
     """Regenerate the section from the stored JSON (text changes, no new measurement)."""
     import json
 
-    from bench.report import RESULTS
+    from bench.harness import RESULTS
 
     res = {k: v for k, v in json.loads((RESULTS / f"{name}.json").read_text()).items()
            if k not in ("benchmark", "measured_at", "machine", "targets")}
@@ -557,6 +560,11 @@ def targets(data: dict) -> list[dict]:
                           nv["false_novel"] <= 0.1 and nv["ordinary"] > 0))
     return out
 
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md section of a stored result."""
+    return markdown(data, data["benchmark"])
 
 if __name__ == "__main__":
     raise SystemExit(main())

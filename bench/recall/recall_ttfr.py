@@ -1,11 +1,11 @@
-"""Recall time to first result as the archive grows (DESIGN.md §7; M 4.1, 4.3).
+"""Recall time to first result as the archive grows (M 4.1, 4.3).
 
 Four archived streams hold the same kind of history in the real Archiver, 1x, 2x, 5x
 and 10x long (full run: 1M, 2M, 5M and 10M rows, chunks of 100k rows; quick: 100k to
 1M rows, chunks of 10k). Events at the present are recalled one at a time through the
 Recall Manager (stride scheduler, 4 concurrent history-queries, a per-chunk aggregate
 template), *interleaved across the four sizes* (rounds of 1x, 2x, 5x, 10x in the balanced
-orders of :func:`bench.report.run_orders`), so that load from other processes on a shared
+orders of :func:`bench.harness.run_orders`), so that load from other processes on a shared
 machine hits every size alike.
 *Time to first result* is from just before ``submit`` to the first output (the newest
 chunk's aggregate) reaching the sink; the rest of the task is then cancelled.
@@ -18,7 +18,7 @@ to separate the database's share of the TTFR from the manager's.
 Targets: median TTFR at 10x <= 1.3x the median at 1x (flat), and at 10M rows the first
 result >= 10x faster than the whole-archive query.
 
-Run: ``python -m bench.recall_ttfr [--quick]`` (published as ``recall_ttfr_quick`` when
+Run: ``python -m bench recall_ttfr [--quick]`` (published as ``recall_ttfr_quick`` when
 quick).
 """
 
@@ -29,7 +29,8 @@ import statistics
 import time
 from datetime import timedelta
 
-from bench._recall_common import (
+from bench.harness import exit_code, publish, run_orders, target
+from bench.recall._common import (
     HOSTS,
     NOW,
     FirstChunkOperator,
@@ -39,8 +40,10 @@ from bench._recall_common import (
     first_result,
     load_chunks,
 )
-from bench.report import exit_code, publish, run_orders, target
 from recall.manager import RecallManager
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/recall/recall_ttfr.py", "bench/recall/_common.py", "recall", "scheduler", "archive")
 
 FACTORS = (1, 2, 5, 10)
 FLAT_TARGET = 1.3
@@ -192,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def targets(data: dict) -> list[dict]:
-    """DESIGN §7: TTFR flat as the archive grows 10x; >= 10x faster than the whole-archive query."""
+    """Targets: TTFR flat as the archive grows 10x; >= 10x faster than the whole-archive query."""
     first, last = data["points"][0], data["points"][-1]
     small = last["rows"] < 10_000_000
     return [target(f"recall time to first result, archive {first['rows']:,} -> {last['rows']:,} rows",

@@ -1,4 +1,4 @@
-"""Fairness of recall scheduling (DESIGN.md §7; M 4.4).
+"""Fairness of recall scheduling (M 4.4).
 
 200 events arrive at once, each with one Recall task (a per-chunk aggregate over the
 ``metrics`` stream, newest chunk first) over a many-chunk archive in the real Archiver,
@@ -7,13 +7,13 @@ result* (TTFR), from just before ``submit`` to the operator's first output reach
 output sink (wall time), under
 
 - **stride** scheduling (:class:`scheduler.scheduler.StrideScheduler`, M 4.4), and
-- **FIFO** (:class:`recall.manager_fifo.FifoScheduler`, the baseline, same manager, same
+- **FIFO** (:class:`scheduler.fifo.FifoScheduler`, the baseline, same manager, same
   archive, same run): the oldest task keeps its slot until it has read all its chunks.
 
 Target: p99 TTFR under stride <= 1/5 of FIFO's. Once every event has its first result,
 the remaining work is cancelled (it does not change any TTFR).
 
-Run: ``python -m bench.fairness [--quick]`` (quick: 40 events over 12 chunks; published
+Run: ``python -m bench fairness [--quick]`` (quick: 40 events over 12 chunks; published
 as ``fairness_quick``).
 """
 
@@ -23,7 +23,8 @@ import argparse
 import time
 from datetime import timedelta
 
-from bench._recall_common import (
+from bench.harness import exit_code, percentile, publish, target
+from bench.recall._common import (
     HOSTS,
     NOW,
     FirstChunkOperator,
@@ -31,14 +32,15 @@ from bench._recall_common import (
     archive,
     database,
     load_chunks,
-    percentile,
 )
-from bench.report import exit_code, publish, target
 from recall.manager import RecallManager
-from recall.manager_fifo import FifoScheduler
 from scheduler.clock import MonotonicClock
 from scheduler.events import QuantumGranted
+from scheduler.fifo import FifoScheduler
 from scheduler.scheduler import StrideScheduler
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/recall/fairness.py", "bench/recall/_common.py", "recall", "scheduler", "archive")
 
 TARGET = 1 / 5
 
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def targets(data: dict) -> list[dict]:
-    """DESIGN §7: p99 time to first result under stride <= 1/5 of FIFO."""
+    """Target: p99 time to first result under stride <= 1/5 of FIFO."""
     complete = data["stride"]["complete"] and data["fifo"]["complete"]
     return [target(f"fairness: p99 time to first result, stride / FIFO ({data['events']} events, "
                    f"{data['workers']} concurrent queries)", f"<= {data['target_ratio']}",

@@ -15,7 +15,7 @@ prefixes, and each task's largest *absolute error* ``|q - n * t / T|``. Lottery 
 with many seeds; its median and worst seed are reported. Also reported: the quantum at
 which the last task got its first quantum, and the scheduler's cost per quantum.
 
-Run: ``python -m bench.proportional_share`` (``--quick`` for a smoke size).
+Run: ``python -m bench proportional_share`` (``--quick`` for a smoke size).
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from itertools import combinations
 
-from bench.report import exit_code, publish, target
+from bench.harness import exit_code, publish, target
 from scheduler import ManualClock, SchedulerConfig, StrideScheduler, absolute_error, relative_error
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/scheduler/proportional_share.py", "scheduler")
 
 
 @dataclass
@@ -273,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def targets(data: dict) -> list[dict]:
-    """DESIGN §6: with fixed tickets, pairwise relative allocation error <= one quantum (stride)."""
+    """M 4.4: with fixed tickets, pairwise relative allocation error <= one quantum (stride)."""
     out = []
     for w in data["workloads"]:
         err = w["stride"]["max_pairwise_relative_error"]

@@ -13,13 +13,10 @@ Throughput = input rows / wall time until every sink's query has drained the inp
 (``availableNow``). Each configuration runs in JVMs of its own, as a user runs one
 engine with one configuration: ``--forks`` times (4 by default) a fresh process with its
 own Spark session runs ``--warm`` discarded runs (3) and then ``--runs`` measured ones
-(2), the forks of the configurations in the orders of :func:`bench.report.run_orders`
+(2), the forks of the configurations in the orders of :func:`bench.harness.run_orders`
 (each configuration in each position, and right after each other one, equally often).
-Until 2026-11-27 all four shared one JVM, where a run depended on the one before it: a
-run right after ANK-N was 2-6 % slower than others (normalized by its repetition's
-mean), and a plain rotation put no-provenance right after ANK-N in 9 of 12 repetitions.
-(Linear Road's no-provenance query stayed slower than backward in a balanced order too,
-12 of 12 repetitions, and in forks, 4 of 4; beside backward alone it was not.) The median run is reported with a 95 % confidence interval; the
+Each configuration runs in processes of its own: in one shared JVM a run depends on the
+one before it (the JIT recompiling what another configuration's types deoptimized). The median run is reported with a 95 % confidence interval; the
 ANK-1 / backward ratio's interval comes from the ratios of the two configurations'
 mean throughput in the forks run in the same position of the design (Student's t). The
 full size has >= 200,000 source rows per workload, in micro-batches of about 10,000
@@ -27,7 +24,7 @@ rows. Provenance latency is in multiples of U, per item kind (A fig. 15), from t
 measured run. ANK-1's state |T| is sampled each time the horizon advances, next to the
 number of input tuples inside the alive window [W - U, W + lateness].
 
-Run: ``python -m bench.provenance [--quick] [--forks N] [--warm N] [--runs N] [--workloads NAME...]``;
+Run: ``python -m bench provenance [--quick] [--forks N] [--warm N] [--runs N] [--workloads NAME...]``;
 with ``--workloads`` the other workloads' figures are kept from the last full-size result,
 each with its own date and design.
 """
@@ -52,7 +49,10 @@ from ananke.ids import EPOCH, to_timedelta
 from ananke.items import ListSink
 from ananke.query import ProvQuery
 from ananke.spark_adapter import Ank1SparkSink
-from bench.report import RESULTS, ROOT, exit_code, publish, run_orders, target
+from bench.harness import RESULTS, ROOT, commit, exit_code, publish, run_orders, target
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/provenance/provenance.py", "ananke")
 
 CONFIGS = ("np", "backward", "ank1", "ankn")
 
@@ -156,7 +156,7 @@ def fork_main(name: str, config: str, directory: str, quick: bool, warm: int, ru
     in ``directory``, in this process's own Spark session; what the parent needs of them,
     JSON-ready (the graph, latency and state from the last run)."""
     from ananke.items import graph_key
-    from moirae.spark import spark_session
+    from moirae.runtime.spark import spark_session
 
     spark = spark_session(app_name=f"bench-provenance-{name}-{config}")
     wl = WORKLOADS[name](quick)
@@ -177,7 +177,7 @@ def fork_main(name: str, config: str, directory: str, quick: bool, warm: int, ru
 
 def fork(name: str, config: str, directory: str, quick: bool, warm: int, runs: int) -> dict:
     """:func:`fork_main` in a fresh Python process, so with a JVM of its own."""
-    cmd = [sys.executable, "-m", "bench.provenance", "--fork", name, config, directory,
+    cmd = [sys.executable, "-m", "bench.provenance.provenance", "--fork", name, config, directory,
            "--warm", str(warm), "--runs", str(runs), *(["--quick"] if quick else [])]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     lines = done.stdout.strip().splitlines()
@@ -222,7 +222,8 @@ def main(argv=None) -> dict:
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         results["workloads"][name] = {**summarize(wl, outs), "forks": forks, "warm": warm, "runs": runs,
-                                      "measured_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
+                                      "measured_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+                                      "commit": commit(MEASURES)}
     if not args.quick:
         merged = {**kept_workloads(RESULTS / "provenance.json", chosen), **results["workloads"]}
         results["workloads"] = {n: merged[n] for n in WORKLOADS if n in merged}  # in WORKLOADS' order
@@ -233,15 +234,15 @@ def main(argv=None) -> dict:
 
 def kept_workloads(path, chosen: list[str]) -> dict:
     """The figures of the workloads not in ``chosen`` from the last result at ``path``,
-    each stamped with the design and date it was measured with (a result written before
-    workloads carried their own takes them from the result).
+    each stamped with the design, date and commit it was measured with (a result written
+    before workloads carried their own takes them from the result).
 
     >>> import json, tempfile, pathlib
     >>> f = pathlib.Path(tempfile.mkdtemp()) / "p.json"
     >>> _ = f.write_text(json.dumps({"measured_at": "2026-11-27 11:46 UTC", "quick": False, "forks": 4, "warm": 3,
     ...                              "runs": 2, "workloads": {"a": {"x": 1}, "b": {"x": 2}}}))
     >>> kept_workloads(f, ["a"])
-    {'b': {'x': 2, 'forks': 4, 'warm': 3, 'runs': 2, 'measured_at': '2026-11-27 11:46 UTC'}}
+    {'b': {'x': 2, 'forks': 4, 'warm': 3, 'runs': 2, 'measured_at': '2026-11-27 11:46 UTC', 'commit': None}}
     >>> kept_workloads(f.parent / "none.json", ["a"])
     {}
     """
@@ -250,7 +251,7 @@ def kept_workloads(path, chosen: list[str]) -> dict:
     old = json.loads(path.read_text())
     if old.get("quick"):
         return {}
-    keys = ("forks", "warm", "runs", "measured_at")
+    keys = ("forks", "warm", "runs", "measured_at", "commit")
     return {n: {**w, **{k: w.get(k, old.get(k)) for k in keys}}
             for n, w in old.get("workloads", {}).items() if n not in chosen}
 
@@ -389,7 +390,7 @@ def _figure(res: dict):
 
 
 def targets(data: dict) -> list[dict]:
-    """DESIGN §7 (A 6.1): ANK-1 loses <= 5 % throughput against backward provenance only.
+    """A 6.1: ANK-1 loses <= 5 % throughput against backward provenance only.
     A run whose no-provenance configuration came out slower than backward provenance
     cannot resolve a few percent: unresolved, not met. The note counts the forks
     (paired by their place in the design) where it did, which tells a slip from a

@@ -1,4 +1,4 @@
-"""Alert latency as a user sees it (issue 11 §3), for ``bench/engine_e2e.py``.
+"""Alert latency as a user sees it, for ``bench/engine/engine_e2e.py``.
 
 The clock of an event starts when its window closes under the watermark: the earliest
 instant Spark could emit it. A window ending at ``end`` closes once a row with event time
@@ -93,7 +93,7 @@ def pending(rec: dict, now: float, give_up_s: float) -> bool:
     """Whether an event still has a stage the API has not shown, within ``give_up_s`` of
     its first sighting. Every stage counts: the similar incidents can show before the
     Recall's first output, and an event polled no longer once they did would lose its
-    Recall time (4 of 53 alerts did so in a run on 2026-11-26, before this check).
+    Recall time.
 
     >>> pending({"event": 0.0, "context": 1.0, "similar": 1.0}, 2.0, 120.0)
     True

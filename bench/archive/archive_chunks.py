@@ -1,4 +1,4 @@
-"""Recall time to first result with tens of thousands of chunks (issue 12 §1).
+"""Recall time to first result with tens of thousands of chunks.
 
 Two archives in the real Archiver (each its own schema on the same PostgreSQL), hourly
 chunks, the same rows per chunk, loaded through ``Archiver.append`` in batches of at most
@@ -17,7 +17,7 @@ size in both. The baseline is the small archive, measured in the same run.
 
 Target: median TTFR of the large archive <= 1.3x the small archive's.
 
-Run: ``python -m bench.archive_chunks [--quick]`` (published as ``archive_chunks_quick``
+Run: ``python -m bench archive_chunks [--quick]`` (published as ``archive_chunks_quick``
 when quick).
 
 ``--intervals`` measures instead what rate-based chunk intervals (``archive.chunk_target_rows``,
@@ -27,7 +27,7 @@ from 12 hosts, by default the ``cluster`` scenario's metrics rate, 12 servers at
 per 10 s; ``--days``, quick 7, else 28) is loaded into one archive per setting (the
 global hour, and each ``--target-rows``, by default the engine's default), a day per
 batch, and events at the present are recalled through the Recall Manager, the archives
-in the balanced orders of :func:`bench.report.run_orders`, each reading the whole
+in the balanced orders of :func:`bench.harness.run_orders`, each reading the whole
 history. Reported: the interval chosen, chunks and rows per chunk, time to first result
 (the newest chunk's aggregate) and time until the whole history was read (the boundary). No chunk is indexed (bulk loads land in the old tier):
 the worst case for a chunk's scan. Published as
@@ -42,7 +42,8 @@ import statistics
 import time
 from datetime import timedelta
 
-from bench._recall_common import (
+from bench.harness import exit_code, publish, run_orders, target
+from bench.recall._common import (
     NOW,
     SPAN,
     FirstChunkOperator,
@@ -52,8 +53,10 @@ from bench._recall_common import (
     first_result,
     load_chunks,
 )
-from bench.report import exit_code, publish, run_orders, target
 from recall.manager import RecallManager
+
+# the code this benchmark measures (bench.harness.staleness)
+MEASURES = ("bench/archive/archive_chunks.py", "bench/recall/_common.py", "archive", "recall", "scheduler")
 
 FLAT_TARGET = 1.3
 SMALL = 200

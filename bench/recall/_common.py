@@ -22,7 +22,7 @@ from archive.settings import ArchiveSettings
 from archive.streams import StreamSpec
 from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPAN = timedelta(hours=1)
 NOW = datetime(2026, 6, 1, tzinfo=UTC)  # the newest chunk ends here
 HOSTS = 20
@@ -107,10 +107,6 @@ class FirstOutputClock:
         """Until every event has a first output or has ended; False on timeout."""
         with self.cond:
             return self.cond.wait_for(lambda: all(e in self.first or e in self.ended for e in eids), timeout)
-
-
-def percentile(values, q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
 def first_result(mgr, sink: FirstOutputClock, eid: str, operator: str) -> tuple[float, float]:

@@ -1,0 +1,1 @@
+"""Recall benchmarks: time to first result as the archive grows, stride vs FIFO fairness."""

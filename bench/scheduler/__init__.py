@@ -1,0 +1,1 @@
+"""Scheduler benchmarks: stride proportional share against lottery and textbook stride."""

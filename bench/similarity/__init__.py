@@ -1,0 +1,1 @@
+"""Similarity benchmarks: end to end on the archive, quality of the ranking, scale."""
