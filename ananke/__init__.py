@@ -6,19 +6,40 @@
   with ``on_tuple`` / ``on_watermark`` / ``horizon``; :mod:`ananke.spark_adapter` feeds it
   from ``foreachBatch`` and the query's progress watermark.
 - :mod:`ananke.ankn`: ANK-N (A 5.2) from Spark's own operators.
+- :mod:`ananke.digest`: a window's provenance kept as a digest, resolved at the sink.
 - :mod:`ananke.items`: the graph stream; :mod:`ananke.store`: the graph in PostgreSQL.
 - :mod:`ananke.ids`: deterministic source ids (``source_id_col``), shared with the Archiver.
+- :mod:`ananke.abc`: the extension points (graph sink, digest resolver, horizon and late
+  listeners); :mod:`ananke.errors`: :class:`AnankeError` and its subclasses.
 
-Only :mod:`ananke.store` and the Spark modules need psycopg2 / pyspark; importing this
-package needs neither.
+The names below are the public surface. Only :mod:`ananke.store` and the Spark modules
+need psycopg2 / pyspark, and only when called; importing this package needs neither.
 """
 
+from ananke.abc import GraphSink, HorizonListener, LateListener, Resolver
 from ananke.ank1 import Ank1, Ank1Logic, Ank1Stats
+from ananke.ankn import AnkNSparkSink, ankn_items
+from ananke.digest import Digest, DigestSpec
+from ananke.errors import (
+    AnankeError,
+    BadDuration,
+    BadPrefix,
+    GraphError,
+    ProvenanceError,
+    UnknownSink,
+    UnknownSinkName,
+)
 from ananke.graph import OperatorGraph
 from ananke.ids import PROV, source_id_col
-from ananke.items import Edge, GraphItem, GraphSink, Label, ListSink, SinkTuple, SinkVertex, SourceVertex
+from ananke.items import Edge, GraphItem, Label, ListSink, SinkTuple, SinkVertex, SourceVertex
+from ananke.query import Provenanced, ProvQuery, ProvSink
+from ananke.spark_adapter import Ank1SparkSink, progress_watermark
+from ananke.store import ForwardAnswer, GraphStore
 
 __all__ = [
-    "PROV", "Ank1", "Ank1Logic", "Ank1Stats", "Edge", "GraphItem", "GraphSink", "Label", "ListSink",
-    "OperatorGraph", "SinkTuple", "SinkVertex", "SourceVertex", "source_id_col",
+    "PROV", "AnankeError", "Ank1", "Ank1Logic", "Ank1SparkSink", "Ank1Stats", "AnkNSparkSink", "BadDuration",
+    "BadPrefix", "Digest", "DigestSpec", "Edge", "ForwardAnswer", "GraphError", "GraphItem", "GraphSink",
+    "GraphStore", "HorizonListener", "Label", "LateListener", "ListSink", "OperatorGraph", "ProvQuery", "ProvSink",
+    "Provenanced", "ProvenanceError", "Resolver", "SinkTuple", "SinkVertex", "SourceVertex", "UnknownSink",
+    "UnknownSinkName", "ankn_items", "progress_watermark", "source_id_col",
 ]

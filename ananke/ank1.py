@@ -3,7 +3,8 @@
 The frozen :class:`Ank1` describes the operator (the sinks and U, e.g. from a
 :class:`~ananke.query.ProvQuery`); :meth:`Ank1.build` makes the runtime
 :class:`Ank1Logic`, fed with ``on_tuple(sink, sink_tuple, provenance)`` and
-``on_watermark(sink, wm)`` (STYLE.md: description + runtime, after Bytewax).
+``on_watermark(sink, wm)``: a frozen description and the runtime it builds, as Bytewax
+splits ``Clock`` from ``ClockLogic``.
 
 Per Algorithm 1, with W the operator watermark (min over sinks of W_K, the epoch until
 every sink has reported one):
@@ -14,7 +15,8 @@ every sink has reported one):
   event time < W - U, dropping it from T (Remark 4.1).
 
 T therefore holds only alive sources. The *expiry horizon* W - U is what the Archiver
-demotes by (DESIGN.md §3); ``on_horizon`` is called each time it advances.
+demotes by (docs/ARCHITECTURE.md, "Demotion by provenance"); ``on_horizon`` is called
+each time it advances.
 
 A sink tuple older than its sink's watermark is late beyond the allowed lateness (Spark's
 stateful operators would have dropped it; stateless paths let it through). Emitting it
@@ -40,18 +42,15 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ananke.abc import GraphSink, HorizonListener, LateListener
+from ananke.errors import AnankeError, UnknownSinkName
 from ananke.ids import EPOCH, micros
-from ananke.items import Edge, GraphItem, GraphSink, Label, SinkTuple, SinkVertex, SourceVertex
-from moirae.base.errors import MoiraeError
-
-
-class UnknownSinkName(MoiraeError, KeyError):
-    """A sink name that the ANK-1 description does not list."""
+from ananke.items import Edge, GraphItem, Label, SinkTuple, SinkVertex, SourceVertex
 
 
 @dataclass(frozen=True)
@@ -63,9 +62,9 @@ class Ank1:
 
     def __post_init__(self) -> None:
         if not self.sinks:
-            raise MoiraeError("Ank1 needs at least one sink")
+            raise AnankeError("Ank1 needs at least one sink")
         if self.U < timedelta(0):
-            raise MoiraeError(f"Ank1: U must be >= 0, got {self.U}")
+            raise AnankeError(f"Ank1: U must be >= 0, got {self.U}")
 
     @classmethod
     def from_query(cls, query) -> Ank1:
@@ -73,8 +72,8 @@ class Ank1:
         return cls(tuple(query.graph.sinks), query.U)
 
     def build(self, emit: GraphSink | None = None,
-              on_horizon: Callable[[datetime], None] | None = None,
-              on_late: Callable[[str, SinkTuple], None] | None = None) -> Ank1Logic:
+              on_horizon: HorizonListener | None = None,
+              on_late: LateListener | None = None) -> Ank1Logic:
         return Ank1Logic(self, emit, on_horizon, on_late)
 
 
@@ -97,8 +96,8 @@ class Ank1Logic:
 
     spec: Ank1
     emit: GraphSink | None = None
-    on_horizon: Callable[[datetime], None] | None = None
-    on_late: Callable[[str, SinkTuple], None] | None = None
+    on_horizon: HorizonListener | None = None
+    on_late: LateListener | None = None
     stats: Ank1Stats = field(default_factory=Ank1Stats)
 
     def __post_init__(self) -> None:

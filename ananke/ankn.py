@@ -36,10 +36,11 @@ import threading
 from collections.abc import Sequence
 from datetime import timedelta
 
+from ananke.abc import GraphSink
+from ananke.errors import AnankeError
 from ananke.ids import PROV, from_micros, sink_id_col, spark_interval
-from ananke.items import Edge, GraphItem, GraphSink, Label, SinkVertex, SourceVertex
+from ananke.items import Edge, GraphItem, Label, SinkVertex, SourceVertex
 from ananke.query import ProvSink
-from moirae.base.errors import MoiraeError
 
 ITEM_COLUMNS = ("kind", "vertex_kind", "id", "sink", "source_id", "sink_id", "tuple_us", "ts_us", "payload")
 MIN_U = timedelta(milliseconds=1)
@@ -75,7 +76,7 @@ def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None)
 
     sinks = [sinks] if isinstance(sinks, ProvSink) else list(sinks)
     if not sinks:
-        raise MoiraeError("ankn_items needs at least one sink")
+        raise AnankeError("ankn_items needs at least one sink")
     u = max(U if U is not None else sinks[0].query.U, MIN_U)
     u_us = int(u / timedelta(microseconds=1))
     base = _base(sinks[0], u)
@@ -180,13 +181,9 @@ Spark 4.0's code generator fails on this plan when common subexpressions are eli
 the Filter of a sliding window's Expand, fed by a Generate (the ``explode`` of M_u),
 splits its shared subexpressions into methods whose parameter is named after the
 Expand's row slot, ``InternalRow expand_mutableStateArray_0[0]``, which is not Java. Spark
-then falls back to interpreting that stage, in every task, and logs the failure with a
-500-line stack trace each micro-batch (seen on Linear Road's accident sink). Without the
-elimination the stage compiles. bench.provenance's workloads through ANK-N, median of two
-alternating runs in one session (2026-11-25): Linear Road (205,002 rows) 13,993 rows/s
-with the failing compile, 15,243 without the elimination, 15,321 with the window filter
-also moved before the Aggregate; Smart Grid (201,602 rows) 8,746, 9,074 and 9,345; the
-same graph items in every run."""
+then falls back to interpreting that stage, in every task (slower), and logs the failure
+with a long stack trace each micro-batch (seen on Linear Road's accident sink). Without
+the elimination the stage compiles; the graph items are the same either way."""
 
 _CONF_LOCK = threading.Lock()
 

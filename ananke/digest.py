@@ -2,12 +2,10 @@
 
 Why: a window's backward provenance as a list (A 2.3, :mod:`ananke.query`) lives in
 Spark's state store, and each micro-batch deserializes, extends and writes back the whole
-list of every open window it touches. On Spark's rate source (1000 keys, 5-s windows,
-2-s trigger, 640,000 rows/s, 2026-11-25) that made the event-query's batch 2.6 s against
-0.64 s without provenance; a window that keeps only ``count(*)`` and ``bit_xor(id)`` of
-its source tuples took 0.41 s, as plain Spark. Yet almost no window reaches a sink (a
-filter on the aggregate drops the rest): the list was paid for every window to be read
-for a few.
+list of every open window it touches, several times the cost of the window itself. A
+window that keeps only ``count(*)`` and ``bit_xor(id)`` of its source tuples costs what
+plain Spark costs. Yet almost no window reaches a sink (a filter on the aggregate drops
+the rest): the list would be paid for every window to be read for a few.
 
 So when a window reads one source stream through maps that keep its grouping keys and
 event time unchanged (no filter: every tuple of the source with those keys in the window
@@ -15,7 +13,7 @@ then contributes), the window's state holds only the digest ``(n, x)``: the numb
 tuples it aggregated and the XOR of their ids. A sink tuple carries the digest with its
 keys and its window's bounds, and the sink's *resolver* reads the candidate tuples back
 from the archive, which stores every source tuple exactly once with the same id
-(DESIGN.md §3), and keeps the set whose size and XOR match (:func:`match`). This is lazy
+(:mod:`ananke.ids`), and keeps the set whose size and XOR match (:func:`match`). This is lazy
 provenance: computed for the outputs that exist, by re-deriving it from stored inputs,
 as Ariadne (Glavic et al.) does by replay; ANK-1 receives the same sets as with the
 lists, so R-V, R-E and R-L are unchanged (A 3).
@@ -35,9 +33,8 @@ and logs it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import combinations
 from typing import Any
 
@@ -66,10 +63,6 @@ class Digest:
     hi_us: int
     n: int
     x: int
-
-
-#: ``resolve(spec, digests)``: for each digest, its source tuples as (id, event time).
-Resolver = Callable[[DigestSpec, Sequence[Digest]], list[list[tuple[int, datetime]]]]
 
 
 def xor_ids(ids) -> int:

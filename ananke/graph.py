@@ -25,17 +25,9 @@ from datetime import timedelta
 from functools import cache
 from typing import Any
 
-from moirae.base.errors import MoiraeError
+from ananke.errors import GraphError, UnknownSink
 
 KINDS = ("source", "filter", "map", "window", "join", "sink")
-
-
-class UnknownSink(MoiraeError, KeyError):
-    """A sink name the operator graph does not hold."""
-
-
-class GraphError(MoiraeError, ValueError):
-    """An operator graph that cannot be built as asked (bad kind, duplicate sink ...)."""
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,13 @@
 
 Every item carries ``ts``, its timestamp in the provenance stream (the τ of R-V / R-E /
 R-L), distinct from ``tuple_ts``, the event time of the tuple a vertex stands for.
-A :data:`GraphSink` is any callable taking a batch of items; :class:`ListSink` keeps them
-in memory (tests), :class:`ananke.store.GraphStore` writes them to PostgreSQL.
+A :class:`~ananke.abc.GraphSink` is any callable taking a batch of items; :class:`ListSink`
+keeps them in memory (tests), :class:`ananke.store.GraphStore` writes them to PostgreSQL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -73,7 +73,6 @@ class Label:
 
 
 GraphItem = SourceVertex | SinkVertex | Edge | Label
-GraphSink = Callable[[Sequence[GraphItem]], None]
 
 
 class ListSink:

@@ -17,15 +17,11 @@ de-duplicates inside Spark: a window's provenance lives in Spark's state store a
 with every row of the window. A window over source tuples keeps it as two flat lists of
 primitives (the ids, the times; one ``collect_list`` each, updated and merged row by row
 together, so position i of both is one tuple) and zips them into the array of structs
-only for the rows it emits. ``collect_list`` of the struct keeps one element object per
-row instead: at 1,280,000 rows/s (1000 keys, 5-s windows, trigger 2 s) the event-query's
-median batch took 2.4 s with it against 2.0 s with the two lists, and 0.45-0.64 s with no
-provenance (plain Spark, same session, 2026-11-25). ``flatten(collect_list(array))``
-(a window over windows or joins) builds an array of arrays first, and
-``array_distinct`` on structs compares every pair of elements: at 1,600 rows per window
-and key (320,000 rows/s, 1000 keys, 5-s windows) the second made one micro-batch take
-23 s against 0.86 s for the flat list (bench/engine_jvm.py's event-query, measured
-2026-11-24). An array may therefore name a source tuple twice (two identical tuples have
+only for the rows it emits; ``collect_list`` of the struct would keep one element object
+per row, which is slower. ``flatten(collect_list(array))`` (a window over windows or
+joins) builds an array of arrays first. De-duplicating with ``array_distinct`` on
+structs would compare every pair of elements, quadratic in the rows of a window and
+key, so it is not done. An array may therefore name a source tuple twice (two identical tuples have
 one id, a self-join meets a tuple from both sides); its consumers take the set:
 :meth:`ananke.ank1.Ank1Logic.on_tuple` emits each edge once per sink tuple, ANK-N groups
 its items by id.
@@ -48,18 +44,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ananke.digest import DigestSpec
+from ananke.errors import ProvenanceError
 from ananke.graph import OperatorGraph
 from ananke.ids import PROV, prov_struct_col, sink_id_col, spark_interval, to_timedelta
-from moirae.base.errors import MoiraeError
 
 ZERO = timedelta(0)
 PROV_TYPE = "array<struct<id:bigint,ts:timestamp>>"
 _PROV_IDS, _PROV_TS = f"{PROV}_ids", f"{PROV}_ts"  # a window's provenance in its state
 _DIGEST_N, _DIGEST_X = f"{PROV}_n", f"{PROV}_x"  # a digest window's state (ananke.digest)
-
-
-class ProvenanceError(MoiraeError, ValueError):
-    """A wrapper used in a way that would lose or corrupt provenance."""
 
 
 class ProvQuery:

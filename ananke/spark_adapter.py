@@ -1,4 +1,4 @@
-"""Feeding ANK-1 from Spark Structured Streaming (A 5.1 on PySpark; DESIGN.md §4 flow 4).
+"""Feeding ANK-1 from Spark Structured Streaming (A 5.1 on PySpark).
 
 :class:`Ank1SparkSink` is the ``foreachBatch`` function of one instrumented sink. For each
 micro-batch it collects the sink tuples with their ids and provenance to the driver (one
@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from ananke.abc import Resolver
 from ananke.ank1 import Ank1Logic
-from ananke.digest import Digest, Resolver
+from ananke.digest import Digest
+from ananke.errors import ProvenanceError
 from ananke.ids import PROV, from_micros
 from ananke.items import SinkTuple
-from ananke.query import ProvenanceError, ProvSink
+from ananke.query import ProvSink
 
 Deliver = Callable[[object, int], None]
 
@@ -61,9 +63,7 @@ def collect_batch(sink: ProvSink, batch_df, resolve: Resolver | None = None):
     A batch that already carries ``_sink_id`` (the streaming DataFrame of
     :meth:`~ananke.query.ProvSink.with_ids`, as the engine and :meth:`Ank1SparkSink.start`
     run it) is collected as it is: no new projection, so Spark does not analyse and
-    optimise the query's whole plan once more every batch, which cost about 90 ms a
-    batch on Linear Road (12 % of its throughput, the bench.provenance ANK-1 overhead).
-    Event times and the provenance pairs become microseconds in Arrow.
+    optimise the query's whole plan once more every batch. Event times and the provenance pairs become microseconds in Arrow.
 
     A sink whose provenance is window digests (``sink.digest``) needs ``resolve``, which
     turns them into the source tuples (:mod:`ananke.digest`)."""

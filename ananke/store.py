@@ -1,6 +1,6 @@
-"""The provenance graph in PostgreSQL (DESIGN.md §4 flow 4).
+"""The provenance graph in PostgreSQL (A 3, Definition 3.3).
 
-:class:`GraphStore` is a :data:`~ananke.items.GraphSink`: call it with a batch of graph
+:class:`GraphStore` is a :class:`~ananke.abc.GraphSink`: call it with a batch of graph
 items and it inserts them in one transaction. Every table is keyed on the item's identity
 (vertex kind + id, edge endpoints, labelled vertex), and inserts are ``ON CONFLICT DO
 NOTHING``: a restarted engine that re-emits part of the graph (its ANK-1 state is gone, a
@@ -22,15 +22,11 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
+from ananke.errors import AnankeError, BadPrefix
 from ananke.ids import jsonable
 from ananke.items import Edge, GraphItem, Label, SinkVertex, SourceVertex
-from moirae.base.errors import MoiraeError
 
 _PREFIX_RE = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
-
-
-class BadPrefix(MoiraeError, ValueError):
-    """A table prefix that is not a plain lower-case SQL identifier."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +106,7 @@ class GraphStore:
 
         Source vertices, edges and labels go as one ``INSERT .. SELECT FROM unnest(..)``
         each, their columns bound as three array parameters: one statement per table
-        and batch, where a ``VALUES`` list made PostgreSQL parse every row (the graph
-        writes were most of ANK-1's driver time in bench.engine_jvm's full engine). A
+        and batch, where a ``VALUES`` list would make PostgreSQL parse every row. A
         batch whose connection broke (the server restarted) is written again on a new
         one: its rows are keyed, so a commit that did reach the server adds nothing."""
         rows = _columns(items)
@@ -243,7 +238,7 @@ def _columns(items: Sequence[GraphItem]) -> dict[str, list]:
         elif isinstance(it, Label):
             out["labels"].append((it.vertex_kind, it.vertex_id, it.ts))
         else:
-            raise MoiraeError(f"not a graph item: {it!r}")
+            raise AnankeError(f"not a graph item: {it!r}")
     return out
 
 
@@ -265,7 +260,7 @@ def _times(values) -> str:
     """
     for v in values:
         if v.tzinfo is None:
-            raise MoiraeError(f"graph item time {v!r} has no time zone")
+            raise AnankeError(f"graph item time {v!r} has no time zone")
     return "{" + ",".join(v.isoformat() for v in values) + "}"
 
 
@@ -277,5 +272,5 @@ def _words(values) -> str:
     """
     for v in values:
         if not _PREFIX_RE.match(v):
-            raise MoiraeError(f"graph label kind {v!r} is not a plain word")
+            raise AnankeError(f"graph label kind {v!r} is not a plain word")
     return "{" + ",".join(values) + "}"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ank_helpers import write_batches
+
+from tests.ananke.ank_helpers import write_batches
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ank_helpers import at
 
 from ananke.ank1 import Ank1
 from ananke.ankn import AnkNSparkSink
@@ -35,6 +34,7 @@ from ananke.ids import source_id_col
 from ananke.items import ListSink, graph_key
 from ananke.query import ProvQuery
 from ananke.spark_adapter import Ank1SparkSink
+from tests.ananke.ank_helpers import at
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ank_helpers import at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ananke.ank1 import Ank1
 from ananke.items import ListSink, SinkTuple
+from tests.ananke.ank_helpers import at
 
 U_S, L_S = 10, 4  # U and the allowed lateness, in seconds
 T0 = at(8, 0)

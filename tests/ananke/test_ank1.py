@@ -13,11 +13,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from ank_helpers import at
 
 from ananke.ank1 import Ank1, UnknownSinkName
 from ananke.items import Edge, Label, ListSink, SinkTuple, SinkVertex, SourceVertex
 from moirae.base.errors import MoiraeError
+from tests.ananke.ank_helpers import at
 
 U = timedelta(minutes=15)
 T1 = {0: 101, 5: 102, 10: 103}  # source ids of car 1's reports at 8:00, 8:05, 8:10

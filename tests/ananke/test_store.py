@@ -6,11 +6,11 @@ import time
 from datetime import timedelta
 
 import pytest
-from ank_helpers import at
 
 from ananke.ank1 import Ank1
 from ananke.items import SinkTuple
 from ananke.store import BadPrefix, GraphStore
+from tests.ananke.ank_helpers import at
 
 pytestmark = pytest.mark.postgres
 
