@@ -112,12 +112,14 @@ class HistoryQuery:
     """A validated history-query template (one SELECT), ready to run chunk by chunk.
 
     ``streams`` are the archived streams it reads; ``params`` the placeholder names it
-    binds (``:name`` in the template).
+    binds (``:name`` in the template); ``references`` the reference tables it reads
+    (:mod:`archive.reference`), each as of the event's time.
     """
 
     template: str
     streams: tuple[str, ...]
     params: tuple[str, ...]
+    references: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,11 @@ import pyarrow as pa
 from archive import chunk_copy, chunks, history, reads, simindex, tiers
 from archive.abc import AppendResult, ChunkGrid, ChunkInfo, ChunkStore, HistoryQuery, Tier
 from archive.catalog import Catalog
+from archive.drop import drop_stream_sql
 from archive.index_claims import IndexClaims
 from archive.pg import Database
 from archive.present import PresentCache
+from archive.reference import ReferenceTables
 from archive.settings import ArchiveSettings
 from archive.streams import StreamSpec
 from archive.writes import Writes
@@ -56,6 +58,8 @@ class Archiver(ChunkStore):
         self._task_ids = chunks.TaskIdCache()
         #: the BRIN time indexes this process reads through, kept from other processes' drops
         self.index_claims = IndexClaims(db)
+        #: versioned tables without a time attribute, read as of an event's time (archive.reference)
+        self.references = ReferenceTables(db)
 
     # -- connections -------------------------------------------------------------------
 
@@ -73,8 +77,8 @@ class Archiver(ChunkStore):
 
     def register_stream(self, spec: StreamSpec, chunk_interval: timedelta | None = None) -> StreamSpec:
         """Create the stream's partitioned table (idempotent for the same schema).
-        ``chunk_interval`` fixes the stream's chunk interval now (else its first batch
-        does, see :meth:`fix_interval`); a stream's interval never changes."""
+        ``chunk_interval`` fixes the stream's chunk interval now (else its batches choose
+        it, see :meth:`settle_interval`)."""
         spec = self.catalog.register(spec)
         if chunk_interval is not None:
             chunks.set_interval(self.catalog, spec.name, chunk_interval)
@@ -82,6 +86,18 @@ class Archiver(ChunkStore):
 
     def stream(self, name: str) -> StreamSpec:
         return self.catalog.stream(name)
+
+    def drop_stream(self, name: str) -> bool:
+        """Drop stream ``name`` whole, with its chunks and catalog rows
+        (:func:`archive.drop.drop_stream_sql`); False when it is not archived."""
+        if name not in self.catalog.names():
+            return False
+        with self.catalog.transaction() as conn, conn.cursor() as cur:
+            drop_stream_sql(cur, name)
+        self.catalog.forget(name)
+        for key in [k for k in self.present.keys() if k[0] == name]:
+            self.present.invalidate(*key)
+        return True
 
     def streams(self) -> list[StreamSpec]:
         return self.catalog.streams()
@@ -140,24 +156,32 @@ class Archiver(ChunkStore):
         return chunks.task_grid(self.catalog, streams)
 
     def fix_interval(self, stream: str, rows: int, span: timedelta) -> ChunkGrid:
-        """The stream's grid, choosing and recording its interval first if none is fixed:
-        configured, else from ``rows`` over ``span`` (raw streams, with
-        ``chunk_target_rows`` set), else ``chunk_span``."""
+        """The stream's grid after :meth:`settle_interval` with ``rows`` spread over
+        ``span`` (e.g. a whole file about to be replayed)."""
         return chunks.fix_interval(self.catalog, stream, rows, span)
 
+    def settle_interval(self, stream: str, batch: chunks.Evidence | None = None) -> ChunkGrid:
+        """The grid the stream's next rows go on: its interval chosen, revised (the
+        stream's few chunks moved onto another step) or fixed first, from ``batch``
+        (the next batch's rows, instants and span, if known) and the rows archived so
+        far (:func:`archive.chunks.settle`)."""
+        return chunks.settle(self.catalog, stream, batch, self.present)
+
     def has_interval(self, stream: str) -> bool:
-        """Whether ``stream``'s chunk interval is fixed (recorded in the catalog)."""
+        """Whether ``stream`` has a chunk interval recorded (final or provisional)."""
         return self.catalog.interval(stream) is not None
 
     def interval_from_rate(self, stream: str) -> bool:
-        """Whether ``stream``'s interval is not fixed yet and will be chosen from the rate
-        of its first rows (see :func:`archive.chunks.rate_based`)."""
+        """Whether ``stream``'s interval waits for the next rows' rate: none recorded
+        yet, or only a guess (see :func:`archive.chunks.rate_based`)."""
         return chunks.rate_based(self.catalog, stream)
 
     def ensure_chunks(self, stream: str, chunk_ids: Iterable[int], bulk: bool = False) -> dict[int, Tier]:
         """Create the missing chunks of ``stream`` among ``chunk_ids`` (its own grid), in
-        transactions of at most ``archive.chunks.CHUNKS_PER_TRANSACTION``; their tiers."""
-        self.fix_interval(stream, 0, timedelta(0))
+        transactions of at most ``archive.chunks.CHUNKS_PER_TRANSACTION``; their tiers.
+        Never revises the interval (the ids are on the grid as it is)."""
+        if not self.has_interval(stream):
+            chunks.settle(self.catalog, stream)
         return chunks.ensure_chunks(self.catalog, self.stream(stream), chunk_ids, bulk)
 
     def ensure_span(self, stream: str, min_ts: datetime, max_ts: datetime, bulk: bool = False,
@@ -231,11 +255,16 @@ class Archiver(ChunkStore):
         return out
 
     def prepare(self, sql: str) -> HistoryQuery:
-        return history.prepare(sql, self.catalog.names())
+        return history.prepare(sql, self.catalog.names(), self.references.names())
 
     def run_history_query(self, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
                           conn: Any = None, timeout_ms: int | None = None) -> pd.DataFrame:
-        return history.run(self.catalog, query, params, chunk_id, conn, timeout_ms)
+        return history.run(self.catalog, query, params, chunk_id, conn, timeout_ms,
+                           self.reference_refs(query.references))
+
+    def reference_refs(self, names: Iterable[str]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        """``(name, physical table, columns)`` of reference tables, as :func:`archive.history.render` takes them."""
+        return tuple((n, m.table, m.column_names()) for n in names for m in (self.references.meta(n),))
 
     def copy_reads(self, reads: Sequence[Read], chunk_id: int, grid_streams: Iterable[str], conn: Any = None,
                    timeout_ms: int | None = None) -> list[pa.Table]:

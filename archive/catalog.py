@@ -37,6 +37,7 @@ class Catalog:
         self._streams: dict[str, StreamSpec] = {}
         self._horizons: dict[str, datetime] = {}
         self._intervals: dict[str, timedelta] = {}
+        self._provisional: dict[str, str] = {}
         self._cluster: dict[str, tuple[str, ...]] = {}
         with self.transaction() as conn, conn.cursor() as cur:
             open_schema(cur, f"schema {db.schema!r}" if db.schema else "the database's public schema")
@@ -62,8 +63,9 @@ class Catalog:
             # streams archived before intervals were per stream used chunk_span
             cur.execute("UPDATE moirae_streams s SET chunk_us = %s WHERE chunk_us IS NULL AND EXISTS "
                         "(SELECT 1 FROM moirae_chunks c WHERE c.stream = s.stream)", (self.grid.span_us,))
-            cur.execute("SELECT stream, chunk_us FROM moirae_streams WHERE chunk_us IS NOT NULL")
-            self._intervals.update({name: timedelta(microseconds=us) for name, us in cur.fetchall()})
+            cur.execute("SELECT stream, chunk_us, chunk_provisional FROM moirae_streams WHERE chunk_us IS NOT NULL")
+            for name, us, provisional in cur.fetchall():
+                self.remember_interval(name, timedelta(microseconds=us), provisional)
 
     # -- streams -----------------------------------------------------------------------
 
@@ -110,22 +112,40 @@ class Catalog:
     def streams(self) -> list[StreamSpec]:
         return list(self._streams.values())
 
+    def forget(self, name: str) -> None:
+        """Forget stream ``name`` in memory, after its tables were dropped (:mod:`archive.drop`)."""
+        with self.lock:
+            for held in (self._streams, self._horizons, self._intervals, self._cluster):
+                held.pop(name, None)
+
     def names(self) -> set[str]:
         return set(self._streams)
 
     # -- intervals, horizons, cluster keys ----------------------------------------------
 
     def interval(self, stream: str) -> timedelta | None:
-        """The stream's recorded chunk interval, or None while it is not fixed."""
+        """The stream's recorded chunk interval (final or provisional), or None while none is."""
         return self._intervals.get(stream)
 
-    def remember_interval(self, stream: str, span: timedelta) -> None:
-        """Note ``span`` as the stream's interval (recorded in ``moirae_streams`` already)."""
-        self._intervals[stream] = span
+    def provisional(self, stream: str) -> str | None:
+        """``"guess"`` or ``"estimate"`` while the stream's recorded interval may still be
+        revised (:func:`archive.chunks.settle`); None once it is final (or none is recorded)."""
+        return self._provisional.get(stream)
+
+    def remember_interval(self, stream: str, span: timedelta, provisional: str | None = None) -> None:
+        """Note ``span`` as the stream's interval (recorded in ``moirae_streams`` already),
+        and whether it is provisional."""
+        with self.lock:
+            self._intervals[stream] = span
+            if provisional is None:
+                self._provisional.pop(stream, None)
+            else:
+                self._provisional[stream] = provisional
 
     def grid_of(self, stream: str) -> ChunkGrid:
-        """The stream's own chunk grid: its recorded interval, else its configured one,
-        else ``chunk_span`` (until its first batch fixes it)."""
+        """The stream's own chunk grid now: its recorded interval, else its configured one,
+        else ``chunk_span`` (until its first batch records one). A provisional interval may
+        still change while the stream is young (:func:`archive.chunks.settle`)."""
         span = self._intervals.get(stream) or self.settings.chunk_intervals.get(stream)
         return ChunkGrid(span) if span else self.grid
 

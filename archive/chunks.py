@@ -2,13 +2,23 @@
 number of locks per transaction (M 4.1; see docs/ARCHITECTURE.md for where the grid
 differs from the paper's single global one).
 
-- **Per-stream intervals.** A stream's chunk ``c`` is ``[c * I, (c + 1) * I)`` from the
-  epoch, ``I`` the stream's interval. ``I`` is configured per stream, or chosen from the
-  rate of the stream's first batch so a chunk holds about ``chunk_target_rows`` rows
-  (TimescaleDB's chunk-interval guidance: size chunks by rows/memory, not by a global
-  clock), rounded *down* to a step of :data:`LADDER`; or ``chunk_span``. Once chosen it
-  is recorded in ``moirae_streams.chunk_us`` and never changes (partitions may not
-  overlap).
+- **Per-stream intervals that follow the data.** A stream's chunk ``c`` is
+  ``[c * I, (c + 1) * I)`` from the epoch, ``I`` the stream's interval, always a step of
+  :data:`LADDER` unless configured. ``I`` is configured per stream, ``chunk_span`` for a
+  derived stream (:func:`rate_chosen`), or chosen from a raw stream's observed density so that a chunk holds about ``chunk_target_rows`` rows
+  (TimescaleDB's chunk-interval guidance: size chunks by rows, not by a global clock),
+  rounded *down* to a step of :data:`LADDER` (:func:`settle`). A batch whose rate cannot
+  be estimated (one row, or all its rows at one instant: a replay's first micro-batch)
+  gets ``chunk_span`` as a *guess*; the next batches estimate the rate from every row
+  seen so far (:class:`Evidence`: rows per time, corrected for few distinct instants).
+  While the stream is *young* (at most :data:`YOUNG_CHUNKS` chunks and
+  :data:`YOUNG_ROWS` rows, every chunk present, none indexed, materialized or dropped)
+  a guess, or an estimate far from the new one, is *revised*: the stream's rows move
+  onto the new step's chunks in one transaction (:func:`revise`), so every stream has
+  one interval at any time and chunks never overlap. An estimate becomes final once the
+  rows seen cover one whole chunk of it, or the stream is no longer young; the
+  interval is then fixed for good (``moirae_streams.chunk_us``, with
+  ``chunk_provisional`` NULL).
 - **A history-query's task grid.** Recall runs a history-query once per *task interval*.
   For a query over streams with intervals ``I_1..I_n`` the task grid is the coarsest,
   ``max(I_k)`` (:func:`task_grid`); the Archiver applies each table's time predicate for
@@ -19,7 +29,9 @@ differs from the paper's single global one).
   two parts.) A single-stream query's tasks are exactly that stream's chunks.
 - **Bounded locks.** A new partition is locked until its transaction commits; chunks
   are created at most :data:`CHUNKS_PER_TRANSACTION` per transaction
-  (:func:`ensure_chunks`, :func:`ensure_span`), each transaction its own.
+  (:func:`ensure_chunks`, :func:`ensure_span`), each transaction its own. A batch's
+  rows are written at most :data:`MAX_CHUNKS_PER_BATCH` chunks per transaction
+  (:func:`pieces`), each piece exactly once (:mod:`archive.writes`, :mod:`archive.exec_sink`).
 - **One creator, two callers.** :func:`create_chunks` is the SQL of chunk creation and
   needs only a cursor: the driver calls it through :func:`create_in`, and an executor
   archiving its partition of a micro-batch (:mod:`archive.exec_sink`) calls it itself.
@@ -31,36 +43,46 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+import numpy as np
 from psycopg2.extras import execute_values
 
 from archive.abc import EPOCH, ChunkGrid, DescendingIds, Tier
-from archive.errors import BatchTooWide, SchemaConflict
-from archive.names import partition_name
+from archive.errors import SchemaConflict
+from archive.names import partition_name, quote
 from archive.schema import partition_ddl
 
 if TYPE_CHECKING:
     from archive.catalog import Catalog
+    from archive.present import PresentCache
     from archive.streams import StreamSpec
 
 CHUNKS_PER_TRANSACTION = 32
 """New chunks created per transaction (each holds a lock on its partition until commit)."""
 
 MAX_CHUNKS_PER_BATCH = 512
-"""Chunks one appended batch (or one executor's partition of it) may touch: its COPY locks
-each touched partition until commit, and PostgreSQL's shared lock table holds
-max_locks_per_transaction (64) x max_connections."""
+"""Chunks one write transaction (a *piece* of a batch, or of an executor's partition of
+it) may touch: its COPY locks each touched partition until commit, and PostgreSQL's
+shared lock table holds max_locks_per_transaction (64) x max_connections. A batch
+touching more is written in several pieces (:func:`pieces`)."""
 
 
-def check_width(n_chunks: int, what: str, span: object) -> None:
-    """Refuse a write touching more than :data:`MAX_CHUNKS_PER_BATCH` chunks, naming
-    ``what`` (the batch, the stream, the partition) and the chunk interval ``span``."""
-    if n_chunks > MAX_CHUNKS_PER_BATCH:
-        raise BatchTooWide(f"{what} spans {n_chunks} chunks of {span}; one transaction may write at most "
-                           f"{MAX_CHUNKS_PER_BATCH} (PostgreSQL's lock table): send smaller batches or set a "
-                           "larger chunk interval (archive.chunk_span)")
+def pieces(chunk_ids: list[int]) -> list[list[int]]:
+    """``chunk_ids`` (ascending, distinct) in consecutive groups of at most
+    :data:`MAX_CHUNKS_PER_BATCH`: one write transaction each, the same groups every time
+    the same rows are written (so a replay finds the pieces already committed). No
+    chunk at all is one empty piece (a batch of dead letters only still commits).
+
+    >>> [len(p) for p in pieces(list(range(1100)))], pieces([])
+    ([512, 512, 76], [[]])
+    """
+    if not chunk_ids:
+        return [[]]
+    return [chunk_ids[i:i + MAX_CHUNKS_PER_BATCH] for i in range(0, len(chunk_ids), MAX_CHUNKS_PER_BATCH)]
+
 
 LADDER: tuple[timedelta, ...] = (
     timedelta(minutes=1), timedelta(minutes=5), timedelta(minutes=15), timedelta(minutes=30),
@@ -88,11 +110,82 @@ def choose_interval(rows: int, span: timedelta, target_rows: int, fallback: time
     >>> choose_interval(1, timedelta(0), 1_000, timedelta(hours=1))
     datetime.timedelta(seconds=3600)
     """
-    if rows < 2 or span <= timedelta(0):
-        return fallback
-    ideal = span * (target_rows / rows)
+    ideal = Evidence(rows, rows, 0, span // timedelta(microseconds=1)).ideal(target_rows)
+    return fallback if ideal is None else ladder_step(ideal)
+
+
+def ladder_step(ideal: timedelta) -> timedelta:
+    """``ideal`` rounded down to a step of :data:`LADDER` (at least its first).
+
+    >>> ladder_step(timedelta(hours=5)), ladder_step(timedelta(days=400)), ladder_step(timedelta(0))
+    (datetime.timedelta(seconds=7200), datetime.timedelta(days=28), datetime.timedelta(seconds=60))
+    """
     fitting = [step for step in LADDER if step <= ideal]
     return fitting[-1] if fitting else LADDER[0]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a stream's density is estimated from: ``rows`` at ``instants`` distinct event
+    times between ``lo_us`` and ``hi_us`` (microseconds from the epoch)."""
+
+    rows: int = 0
+    instants: int = 0
+    lo_us: int | None = None
+    hi_us: int | None = None
+
+    @classmethod
+    def of(cls, us: np.ndarray) -> Evidence:
+        """The evidence of a batch's event times (microseconds).
+
+        >>> Evidence.of(np.array([5, 5, 9]))
+        Evidence(rows=3, instants=2, lo_us=5, hi_us=9)
+        """
+        if not len(us):
+            return cls()
+        return cls(len(us), len(np.unique(us)), int(us.min()), int(us.max()))
+
+    def __add__(self, other: Evidence) -> Evidence:
+        """Both together (instants may be counted twice where they overlap: an estimate)."""
+        lows = [x for x in (self.lo_us, other.lo_us) if x is not None]
+        highs = [x for x in (self.hi_us, other.hi_us) if x is not None]
+        return Evidence(self.rows + other.rows, self.instants + other.instants,
+                        min(lows) if lows else None, max(highs) if highs else None)
+
+    @property
+    def span(self) -> timedelta:
+        """The time the evidence covers."""
+        if self.lo_us is None or self.hi_us is None:
+            return timedelta(0)
+        return timedelta(microseconds=self.hi_us - self.lo_us)
+
+    def ideal(self, target_rows: int) -> timedelta | None:
+        """The interval holding ``target_rows`` at the observed rate, or None when the rate
+        cannot be estimated (fewer than 2 rows or 2 instants). ``n`` rows at ``d``
+        instants over ``span`` are ``n (d - 1) / d`` rows per ``span``: with one key
+        per hour, 2 instants an hour apart are 1 row an hour, not 2.
+
+        >>> Evidence(6, 2, 0, 3_600_000_000).ideal(3)
+        datetime.timedelta(seconds=3600)
+        >>> Evidence(3, 1, 0, 0).ideal(3) is None
+        True
+        """
+        if self.rows < 2 or self.instants < 2 or self.span <= timedelta(0):
+            return None
+        effective = self.rows * (self.instants - 1) / self.instants
+        return self.span * (target_rows / effective)
+
+
+YOUNG_CHUNKS = 256
+"""A stream with more chunks than this has a final interval (a revision moves every row
+of every chunk in one transaction, each chunk's table locked)."""
+
+YOUNG_ROWS = 200_000
+"""A stream with more rows than this has a final interval (the rows a revision moves)."""
+
+REVISE_LOCK_TIMEOUT_MS = 2000
+"""How long a revision waits for the stream's table (a history-query may hold it); it is
+tried again at the next batch."""
 
 
 def task_grid(catalog: Catalog, streams: Iterable[str]) -> ChunkGrid:
@@ -262,46 +355,217 @@ def vacuum_off(spec: StreamSpec, tier: Tier) -> bool:
 
 
 def rate_based(catalog: Catalog, stream: str) -> bool:
-    """Whether ``stream``'s interval, while not fixed, waits for its first rows' rate:
-    a raw stream with ``chunk_target_rows`` set and no configured interval. Otherwise
-    :func:`fix_interval` needs no rows, and a writer need not count them first."""
+    """Whether ``stream``'s interval waits for rows to estimate it: a stream with
+    ``chunk_target_rows`` set, no configured interval, and no interval recorded or only
+    a guess (:func:`settle`). A writer then counts the next batch's rows, instants and
+    time span first; otherwise :func:`settle` needs no rows."""
+    return rate_chosen(catalog, stream) and (catalog.interval(stream) is None
+                                             or catalog.provisional(stream) == "guess")
+
+
+def rate_chosen(catalog: Catalog, stream: str) -> bool:
+    """Whether ``stream``'s interval is chosen from its rate at all: a raw stream with
+    ``chunk_target_rows`` set and no interval configured for it. A derived stream (events,
+    contexts) keeps ``chunk_span``: its rows are few, and materialization works in units
+    of the coarsest interval among a query's inputs and outputs
+    (:meth:`moirae.materialize.replica.Materializer.unit_grid`), which a sparse event
+    stream's coarse interval would make weeks long."""
     s = catalog.settings
-    return (catalog.interval(stream) is None and s.chunk_intervals.get(stream) is None
-            and bool(s.chunk_target_rows) and catalog.stream(stream).kind == "raw")
+    spec = catalog.stream(stream)  # an unknown stream is refused before anything is recorded
+    return s.chunk_intervals.get(stream) is None and bool(s.chunk_target_rows) and spec.kind == "raw"
 
 
 def fix_interval(catalog: Catalog, stream: str, rows: int, span: timedelta) -> ChunkGrid:
-    """The stream's grid, choosing and recording its interval first if none is fixed:
-    configured (``chunk_intervals``), else from ``rows`` over ``span`` (raw streams, with
-    ``chunk_target_rows`` set), else ``chunk_span``."""
-    catalog.stream(stream)  # an unknown stream is refused before anything is recorded
+    """The stream's grid after :func:`settle` with ``rows`` spread over ``span`` (as many
+    instants as rows); ``rows`` 0: no new evidence."""
+    ev = Evidence(rows, rows, 0, span // timedelta(microseconds=1)) if rows else None
+    return settle(catalog, stream, ev)
+
+
+def settle(catalog: Catalog, stream: str, batch: Evidence | None = None,
+           present: PresentCache | None = None) -> ChunkGrid:
+    """The grid the stream's next rows are written on, choosing, revising or fixing its
+    interval first (module doc) from ``batch`` (the next batch's evidence, if known)
+    and, while the interval is provisional, every row archived so far.
+
+    Not rate-chosen: the configured interval, else ``chunk_span``, fixed at once. No
+    interval yet and no estimate: ``chunk_span`` as a guess. Otherwise the estimate's
+    :data:`LADDER` step; a guess is revised to it, an estimate only when the new one is
+    far (:func:`_far`). ``present``: the memory mirror to forget the moved chunks in."""
     fixed = catalog.interval(stream)
+    state = catalog.provisional(stream)
+    if fixed is not None and state is None:
+        return ChunkGrid(fixed)
+    settings = catalog.settings
+    if not rate_chosen(catalog, stream):
+        span = settings.chunk_intervals.get(stream) or settings.chunk_span
+        _record(catalog, stream, fixed or span, None, fixed)
+        return catalog.grid_of(stream)
+    ev = batch or Evidence()
+    if fixed is not None:
+        seen = _archived(catalog, stream)
+        if seen is None:  # no longer young: the interval stays as it is, for good
+            _record(catalog, stream, fixed, None, fixed)
+            return ChunkGrid(fixed)
+        ev = seen + ev
+    ideal = ev.ideal(settings.chunk_target_rows)
+    if ideal is None:
+        if fixed is None:
+            _record(catalog, stream, settings.chunk_span, "guess", None)
+        return catalog.grid_of(stream)
+    chosen = ladder_step(ideal)
+    settled = ev.span >= chosen  # the rows seen cover a whole chunk of the estimate
     if fixed is None:
-        settings = catalog.settings
-        chosen = settings.chunk_intervals.get(stream)
-        if rate_based(catalog, stream):
-            chosen = choose_interval(rows, span, settings.chunk_target_rows, settings.chunk_span)
-        with catalog.transaction() as conn, conn.cursor() as cur:
-            fixed = record_interval(cur, stream, chosen or settings.chunk_span)
-        catalog.remember_interval(stream, fixed)
-    return ChunkGrid(fixed)
+        _record(catalog, stream, chosen, None if settled else "estimate", None)
+        return catalog.grid_of(stream)
+    if chosen != fixed and (state == "guess" or _far(ideal, fixed)):
+        outcome = revise(catalog, catalog.stream(stream), fixed, chosen, present)
+        if outcome == "busy":  # tried again with the next batch
+            return catalog.grid_of(stream)
+        if outcome == "refused":
+            settled = True
+        else:
+            fixed = chosen
+    _record(catalog, stream, fixed, None if settled else "estimate", catalog.interval(stream))
+    return catalog.grid_of(stream)
+
+
+def _far(ideal: timedelta, current: timedelta) -> bool:
+    """Whether an estimate's ideal interval is far enough from the current interval to
+    move the stream's rows: under half of it, or over four times it (a chunk would hold
+    under half, or over four times, its target), so neighbouring estimates never flap.
+
+    >>> _far(timedelta(hours=3), timedelta(hours=1)), _far(timedelta(hours=5), timedelta(hours=1))
+    (False, True)
+    """
+    return ideal < current / 2 or ideal > current * 4
+
+
+def _archived(catalog: Catalog, stream: str) -> Evidence | None:
+    """The evidence of every row of a young stream (module doc), or None when the
+    stream is no longer young (or any chunk is not present, or derived data exists)."""
+    with catalog.transaction() as conn, conn.cursor() as cur:
+        if not _young(cur, stream):
+            return None
+        ts = quote(catalog.stream(stream).ts_col)
+        cur.execute(f"SELECT count(*), count(DISTINCT {ts}), (extract(epoch FROM min({ts})) * 1e6)::bigint, "
+                    f"(extract(epoch FROM max({ts})) * 1e6)::bigint FROM {quote(stream)}")
+        rows, instants, lo, hi = cur.fetchone()
+    return Evidence(int(rows), int(instants), lo, hi)
+
+
+def _young(cur, stream: str) -> bool:
+    """Inside the caller's transaction: whether the stream's interval may still be revised."""
+    cur.execute("SELECT count(*), coalesce(sum(rows), 0), count(*) FILTER (WHERE dropped OR tier <> 'present' "
+                "OR cardinality(indexes) > 0 OR cardinality(materialized) > 0) FROM moirae_chunks WHERE stream = %s",
+                (stream,))
+    n, rows, blocked = cur.fetchone()
+    return n <= YOUNG_CHUNKS and rows <= YOUNG_ROWS and not blocked
+
+
+def revise(catalog: Catalog, spec: StreamSpec, current: timedelta, new: timedelta,
+           present: PresentCache | None = None) -> str:
+    """Move every row of the young stream ``spec`` from its chunks of ``current`` onto
+    chunks of ``new``, in one transaction: the stream's table locked (at most
+    :data:`REVISE_LOCK_TIMEOUT_MS`), its rows copied aside, its chunk tables dropped and
+    its catalog rows deleted, the interval recorded, the new chunks created
+    (:func:`create_chunks`) and the rows put back, counted per new chunk. Readers then
+    see the stream whole on one grid, before and after.
+
+    Returns ``"done"``; ``"busy"`` (the lock not granted, a batch part in flight in
+    ``moirae_batch_parts``, or the interval changed meanwhile: try again later); or
+    ``"refused"`` (the stream is no longer young, or the move would lock too many
+    chunks: keep ``current``)."""
+    from psycopg2 import errors
+
+    stream = spec.name
+    new_us = new // timedelta(microseconds=1)
+    with catalog.transaction() as conn, conn.cursor() as cur:
+        try:
+            outcome, old, new_ids = _move(cur, catalog, spec, current, new_us)
+        except errors.LockNotAvailable:
+            outcome = "busy"
+        if outcome != "done":
+            conn.rollback()
+            return outcome
+    catalog.remember_interval(stream, new, catalog.provisional(stream))
+    if present is not None:
+        for cid in {*old, *new_ids}:
+            present.invalidate(stream, cid)
+    return "done"
+
+
+def _move(cur, catalog: Catalog, spec: StreamSpec, current: timedelta, new_us: int
+          ) -> tuple[str, list[int], list[int]]:
+    """The body of :func:`revise` inside its transaction: its outcome, the old chunk ids
+    and the new ones. A batch part in flight is one that wrote rows into chunks (a shared
+    read's staged parts wrote none: their batch is being appended now)."""
+    stream = spec.name
+    ts = quote(spec.ts_col)
+    cols = ", ".join(quote(c) for c, _ in spec.stored_columns)
+    cur.execute(f"SET LOCAL lock_timeout = {int(REVISE_LOCK_TIMEOUT_MS)}")
+    cur.execute(f"LOCK TABLE {quote(stream)} IN ACCESS EXCLUSIVE MODE")
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (stream,))  # as chunk creators take
+    cur.execute("SELECT chunk_us FROM moirae_streams WHERE stream = %s FOR UPDATE", (stream,))
+    row = cur.fetchone()
+    cur.execute("SELECT EXISTS (SELECT 1 FROM moirae_batch_parts WHERE stream = %s AND chunks <> '{}'::jsonb)",
+                (stream,))
+    if row is None or row[0] != current // timedelta(microseconds=1) or cur.fetchone()[0]:
+        return "busy", [], []
+    if not _young(cur, stream):
+        return "refused", [], []
+    cur.execute("SELECT chunk_id FROM moirae_chunks WHERE stream = %s", (stream,))
+    old = [int(r[0]) for r in cur.fetchall()]
+    new_of = f"floor(extract(epoch FROM {ts}) * 1000000 / {int(new_us)})::bigint"
+    cur.execute(f"SELECT DISTINCT {new_of} FROM {quote(stream)}")
+    new_ids = sorted(int(r[0]) for r in cur.fetchall())
+    if len(old) + len(new_ids) > MAX_CHUNKS_PER_BATCH:
+        return "refused", [], []
+    cur.execute(f"CREATE TEMP TABLE moirae_revise ON COMMIT DROP AS SELECT {cols} FROM {quote(stream)}")
+    if old:
+        cur.execute("DROP TABLE IF EXISTS " + ", ".join(quote(partition_name(stream, c)) for c in old))
+    cur.execute("DELETE FROM moirae_chunks WHERE stream = %s", (stream,))
+    cur.execute("UPDATE moirae_streams SET chunk_us = %s WHERE stream = %s", (new_us, stream))
+    create_chunks(cur, spec, new_us, new_ids, catalog.horizon(stream), False)
+    cur.execute(f"INSERT INTO {quote(stream)} ({cols}) SELECT {cols} FROM moirae_revise")
+    cur.execute(f"UPDATE moirae_chunks c SET rows = v.n FROM (SELECT {new_of} AS cid, count(*) AS n "
+                "FROM moirae_revise GROUP BY 1) v WHERE c.stream = %s AND c.chunk_id = v.cid", (stream,))
+    bump_version(cur, stream)
+    return "done", old, new_ids
 
 
 def set_interval(catalog: Catalog, stream: str, span: timedelta) -> None:
-    """Fix the stream's interval to ``span`` now; a different recorded one is a conflict."""
+    """Fix the stream's interval to ``span`` now; a different recorded one is a conflict
+    (a provisional one with no chunk yet is replaced)."""
     if span < timedelta(seconds=1) or span % timedelta(seconds=1):
         raise ValueError(f"stream {stream!r}: chunk interval must be a whole number of seconds >= 1 s, got {span!r}")
-    with catalog.transaction() as conn, conn.cursor() as cur:
-        fixed = record_interval(cur, stream, span)
-    catalog.remember_interval(stream, fixed)
-    if fixed != span:
-        raise SchemaConflict(f"stream {stream!r} is archived in chunks of {fixed}; "
+    fixed = catalog.interval(stream)
+    if fixed is not None and fixed != span:
+        empty = False
+        if catalog.provisional(stream) is not None:
+            with catalog.transaction() as conn, conn.cursor() as cur:
+                cur.execute("SELECT NOT EXISTS (SELECT 1 FROM moirae_chunks WHERE stream = %s)", (stream,))
+                empty = cur.fetchone()[0]
+        if not empty:
+            raise SchemaConflict(f"stream {stream!r} is archived in chunks of {fixed}; "
+                                 f"cannot re-register it with chunks of {span}")
+    recorded = _record(catalog, stream, span, None, fixed)
+    if recorded != span:
+        raise SchemaConflict(f"stream {stream!r} is archived in chunks of {recorded}; "
                              f"cannot re-register it with chunks of {span}")
 
 
-def record_interval(cur, stream: str, span: timedelta) -> timedelta:
-    """Record ``span`` as the stream's interval unless one is recorded; return the recorded one."""
+def _record(catalog: Catalog, stream: str, span: timedelta, provisional: str | None,
+            expected: timedelta | None) -> timedelta:
+    """Record ``span`` (and whether it is provisional) as the stream's interval if the
+    recorded one is still ``expected`` (None: none recorded); return the one recorded."""
     us = span // timedelta(microseconds=1)
-    cur.execute("UPDATE moirae_streams SET chunk_us = %s WHERE stream = %s AND chunk_us IS NULL", (us, stream))
-    cur.execute("SELECT chunk_us FROM moirae_streams WHERE stream = %s", (stream,))
-    return timedelta(microseconds=cur.fetchone()[0])
+    with catalog.transaction() as conn, conn.cursor() as cur:
+        cur.execute("UPDATE moirae_streams SET chunk_us = %s, chunk_provisional = %s WHERE stream = %s "
+                    "AND chunk_us IS NOT DISTINCT FROM %s",
+                    (us, provisional, stream, None if expected is None else expected // timedelta(microseconds=1)))
+        cur.execute("SELECT chunk_us, chunk_provisional FROM moirae_streams WHERE stream = %s", (stream,))
+        got_us, got_state = cur.fetchone()
+    recorded = timedelta(microseconds=got_us)
+    catalog.remember_interval(stream, recorded, got_state)
+    return recorded

@@ -53,7 +53,9 @@ class SchemaVersionError(ArchiveError, RuntimeError):
 
 
 class BatchTooWide(ArchiveError, ValueError):
-    """A batch spanning more chunks than one transaction may lock; names stream, batch and span."""
+    """A write that must be one transaction spanning more chunks than one transaction may
+    lock. The archive's write paths no longer raise it: they write such a batch in pieces
+    (:func:`archive.chunks.pieces`); kept so callers catching it still import."""
 
 
 class MaterializationError(ArchiveError, ValueError):
@@ -72,8 +74,12 @@ class DatabaseUnavailable(ArchiveError, ConnectionError):
     """The configured PostgreSQL cannot be reached or started."""
 
 
+class ReferenceTableError(ArchiveError, ValueError):
+    """A reference table that cannot be loaded or read as asked (its name, key, columns or rows)."""
+
+
 __all__ = [
     "ArchiveError", "BadName", "BatchTooWide", "ChunkNotFound", "DatabaseUnavailable", "HistoryQueryCancelled",
     "HistoryQueryFailed", "HistoryQueryTimeout", "MaterializationError", "MissingParameter", "SchemaConflict",
-    "SchemaVersionError", "UnknownStream", "UnsafeQuery", "UnsupportedType",
+    "SchemaVersionError", "UnknownStream", "UnsafeQuery", "UnsupportedType", "ReferenceTableError",
 ]

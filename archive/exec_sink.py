@@ -2,10 +2,13 @@
 the archive): each partition of a
 micro-batch COPYs its own rows into PostgreSQL, in PostgreSQL's binary format.
 
-Exactly-once per partition: the row ``(stream, batch id, partition id)`` of
-``moirae_batch_parts`` is inserted in the same transaction as the partition's rows and
+Exactly-once per partition: the row ``(stream, batch id, partition id, piece)`` of
+``moirae_batch_parts`` is inserted in the same transaction as the piece's rows and
 dead letters, so a partition that a replayed batch (or a retried task) writes again
-is a no-op. The part row also records how many rows (and late rows) went to each
+is a no-op. A partition whose rows reach more chunks than one transaction may lock is
+written in several pieces (:func:`archive.chunks.pieces`, deterministic for the same
+rows), each exactly once: a task killed between two pieces is retried (or its batch
+replayed) and writes only the pieces not yet committed. The part row also records how many rows (and late rows) went to each
 chunk and the newest event time; the driver sums those into the chunk catalog when it
 commits the whole batch (:meth:`archive.archiver.Archiver.commit_parts`), and deletes
 the part rows then.
@@ -37,7 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
@@ -107,54 +110,78 @@ def write_with_retry(job: PartitionJob, part: int, table: pa.Table) -> tuple[int
 
 
 def write_partition(job: PartitionJob, part: int, table: pa.Table) -> tuple[int, int, bool, list[int]]:
-    """Archive one partition in one transaction. Returns (rows, dead letters, duplicate,
-    missing chunks). Chunks the rows fall into that do not exist yet are created first
-    (:func:`create_missing`); one still missing when the data transaction reads the
-    catalog (dropped meanwhile) is returned and nothing is written: the driver creates
-    it and runs the batch again.
+    """Archive one partition, in one transaction per piece: at most
+    :data:`archive.chunks.MAX_CHUNKS_PER_BATCH` chunks each (:func:`archive.chunks.pieces`;
+    the dead letters go with piece 0). Returns (rows, dead letters, duplicate, missing
+    chunks) of what this call wrote; duplicate when every piece was written before.
+    Chunks the rows fall into that do not exist yet are created first
+    (:func:`create_missing`); one still missing when a piece's data transaction reads
+    the catalog (dropped meanwhile) is returned and that piece is not written: the
+    driver creates it and runs the batch again, whose pieces already written are then
+    no-ops.
 
-    A job without a chunk interval (``span_us`` 0: a shared read's first batch, before
-    the stream's interval is chosen from its rate, :mod:`archive.shared`) COPYs its rows
-    into the stream's stage table instead, from which the driver archives them."""
+    A job without a chunk interval (``span_us`` 0: a shared read's batch while the
+    stream's interval waits for a rate, :mod:`archive.shared`) COPYs its rows into the
+    stream's stage table instead, from which the driver archives them."""
     spec = job.spec
     good, dead = split_arrow(table, spec)
     good = sort_by(good, job.cluster)  # see archive.contributors: BRIN then skips other keys' rows
     conn = worker_connection(job.dsn, job.schema)
-    staged = job.span_us <= 0
     try:
-        with conn.cursor() as cur:
-            chunks: dict[int, list[int]] = {}
-            max_us = None
-            if good.num_rows:
-                us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
-                max_us = int(us.max())
-            if good.num_rows and not staged:
-                chunk_of = np.floor_divide(us, job.span_us)
-                unique, counts = np.unique(chunk_of, return_counts=True)
-                ids = unique.tolist()  # ascending
-                chunk_sql.check_width(len(ids), f"batch {job.batch_id} of stream {spec.name!r}, partition {part},",
-                                      timedelta(microseconds=job.span_us))  # each COPY'd partition is locked
-                tiers, missing = _existing(conn, cur, job, ids)
-                if missing:
-                    conn.rollback()
-                    return 0, 0, False, missing
-                # rows into a chunk that has left the present tier are late (M 4.1)
-                chunks = {c: [n, n if tiers[c] != "present" else 0]
-                          for c, n in zip(ids, counts.tolist(), strict=True)}
-            cur.execute("INSERT INTO moirae_batch_parts (stream, batch_id, part, rows, dead_letters, chunks, max_us) "
-                        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING part",
-                        (spec.name, job.batch_id, part, good.num_rows, len(dead), json.dumps(chunks), max_us))
-            if cur.fetchone() is None:
-                conn.rollback()
-                return 0, 0, True, []
-            if good.num_rows:
-                copy_rows(cur, job, good, None if staged else (chunk_of, ids))
-            if dead:
-                insert_dead_letters(cur, spec.name, job.batch_id, dead)
-        conn.commit()
+        if not good.num_rows or job.span_us <= 0:
+            return _write_piece(conn, job, part, 0, good, None, dead)
+        us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
+        chunk_of = np.floor_divide(us, job.span_us)
+        groups = chunk_sql.pieces(np.unique(chunk_of).tolist())
+        rows = dead_written = 0
+        duplicate = True
+        for k, group in enumerate(groups):
+            if len(groups) == 1:
+                rows_k, chunk_k = good, chunk_of
+            else:
+                mask = np.isin(chunk_of, group)
+                rows_k, chunk_k = good.filter(pa.array(mask)), chunk_of[mask]
+            n, d, dup, missing = _write_piece(conn, job, part, k, rows_k, (chunk_k, group), dead if k == 0 else [])
+            if missing:
+                return rows, dead_written, False, missing
+            rows, dead_written, duplicate = rows + n, dead_written + d, duplicate and dup
+        return rows, dead_written, duplicate, []
     except BaseException:
         drop_worker_connection(job.dsn, job.schema)
         raise
+
+
+def _write_piece(conn, job: PartitionJob, part: int, piece: int, good: pa.Table,
+                 layout: tuple[np.ndarray, list[int]] | None, dead: list) -> tuple[int, int, bool, list[int]]:
+    """One piece of :func:`write_partition` in one transaction: ``good``'s rows (each
+    row's chunk and the chunks ascending in ``layout``; None: staged, or no rows) and
+    ``dead``, recorded as ``(stream, batch, part, piece)`` in ``moirae_batch_parts``."""
+    spec = job.spec
+    with conn.cursor() as cur:
+        chunks: dict[int, list[int]] = {}
+        max_us = None
+        if good.num_rows:
+            max_us = int(pc.max(good.column(spec.ts_col).cast(pa.int64())).as_py())
+        if layout is not None:
+            chunk_of, ids = layout
+            counts = np.unique(chunk_of, return_counts=True)[1]
+            tiers, missing = _existing(conn, cur, job, ids)
+            if missing:
+                conn.rollback()
+                return 0, 0, False, missing
+            # rows into a chunk that has left the present tier are late (M 4.1)
+            chunks = {c: [n, n if tiers[c] != "present" else 0] for c, n in zip(ids, counts.tolist(), strict=True)}
+        cur.execute("INSERT INTO moirae_batch_parts (stream, batch_id, part, piece, rows, dead_letters, chunks, "
+                    "max_us) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING part",
+                    (spec.name, job.batch_id, part, piece, good.num_rows, len(dead), json.dumps(chunks), max_us))
+        if cur.fetchone() is None:
+            conn.rollback()
+            return 0, 0, True, []
+        if good.num_rows:
+            copy_rows(cur, job, good, layout)
+        if dead:
+            insert_dead_letters(cur, spec.name, job.batch_id, dead)
+    conn.commit()
     return good.num_rows, len(dead), False, []
 
 
@@ -298,13 +325,17 @@ def worker_connection(dsn: str, schema: str | None):
 
 def connect(dsn: str, schema: str | None, lock_timeout_ms: int | None = None):
     """A new connection to ``dsn`` that finds the archive's tables in ``schema``, not in
-    autocommit; ``lock_timeout_ms`` bounds each wait for a lock."""
+    autocommit; ``lock_timeout_ms`` bounds each wait for a lock. It has the driver's
+    client-side timeouts (:func:`archive.pg.client_timeouts`), so an executor writing to a
+    vanished server fails its task instead of blocking."""
     import psycopg2
+
+    from archive.pg import client_timeouts
 
     options = [f"-c search_path={schema},public"] if schema else []
     if lock_timeout_ms is not None:
         options.append(f"-c lock_timeout={int(lock_timeout_ms)}")
-    conn = psycopg2.connect(dsn, options=" ".join(options) or None)
+    conn = psycopg2.connect(dsn, options=" ".join(options) or None, **client_timeouts(dsn))
     conn.autocommit = False
     return conn
 

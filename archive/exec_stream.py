@@ -21,8 +21,9 @@ COPYed a block of at least :data:`CLUSTER_BLOCK_ROWS` rows at a time (:func:`blo
 not after the whole partition: a partition of up to that many rows is still one sorted
 run, and a larger one is a few runs, each as long as a BRIN range needs.
 
-The streamed path still gives up before the first write or rolls back when a batch
-reaches more chunks than one transaction may lock, when a chunk's creation waits for a
+The streamed path writes one piece (piece 0). It still gives up before the first write
+or rolls back when a batch reaches more chunks than one transaction may lock (the
+whole-partition way then writes it in several pieces), when a chunk's creation waits for a
 lock too long (:data:`CREATE_LOCK_TIMEOUT_MS`), for rows without a chunk interval
 (staged), and when its connection broke: the whole partition then goes the way it
 always went (with its retries).
@@ -177,7 +178,7 @@ def _close_part(cur, job: PartitionJob, part: int, rows: int, dead_letters: list
                 max_us: int | None) -> None:
     """Record the partition's counts in its ``moirae_batch_parts`` row, and its dead letters."""
     cur.execute("UPDATE moirae_batch_parts SET rows = %s, dead_letters = %s, chunks = %s, max_us = %s "
-                "WHERE stream = %s AND batch_id = %s AND part = %s",
+                "WHERE stream = %s AND batch_id = %s AND part = %s AND piece = 0",
                 (rows, len(dead_letters), json.dumps({str(c): v for c, v in sorted(counts.items())}),
                  max_us, job.spec.name, job.batch_id, part))
     if dead_letters:

@@ -21,7 +21,7 @@ import psycopg2.errors
 import sqlglot
 from sqlglot import exp
 
-from archive import history_plan
+from archive import history_plan, reader_role
 from archive.abc import HistoryQuery
 from archive.chunks import task_grid
 from archive.errors import (
@@ -37,11 +37,15 @@ from archive.pg import is_connection_lost
 if TYPE_CHECKING:
     from archive.catalog import Catalog
 
-# Statement kinds that must never appear anywhere inside a history-query.
-_FORBIDDEN = tuple(getattr(exp, n) for n in (
-    "Insert", "Update", "Delete", "Drop", "Create", "Alter", "Command", "Into", "Lock", "Merge",
-    "Copy", "Set", "Transaction", "Commit", "Rollback", "Grant", "TruncateTable", "Use", "Pragma",
-) if hasattr(exp, n))
+# Statement kinds that must never appear anywhere inside a history-query. Every name must
+# exist in the installed sqlglot: a renamed class would silently drop its rule, so a
+# missing one closes the door instead (every history-query is refused, naming it).
+_FORBIDDEN_NAMES = ("Insert", "Update", "Delete", "Drop", "Create", "Alter", "Command", "Into", "Lock", "Merge",
+                    "Copy", "Set", "Transaction", "Commit", "Rollback", "Grant", "TruncateTable", "Use", "Pragma")
+# the node classes the other rules test for (functions, parameters, tables, CTEs)
+_RULE_NAMES = ("Anonymous", "Func", "Placeholder", "Parameter", "Table", "CTE", "Query")
+_MISSING_RULES = tuple(n for n in (*_FORBIDDEN_NAMES, *_RULE_NAMES) if not isinstance(getattr(exp, n, None), type))
+_FORBIDDEN = tuple(getattr(exp, n) for n in _FORBIDDEN_NAMES if n not in _MISSING_RULES)
 
 # Functions that could escape the sandbox: change settings (the timeout among them), touch
 # files, other sessions or other servers. READ ONLY already refuses writes.
@@ -51,11 +55,29 @@ _DENIED_FUNCTIONS = {
     "lo_get", "lo_put", "lo_from_bytea", "dblink", "dblink_exec", "dblink_connect", "pg_advisory_lock",
     "pg_advisory_xact_lock", "pg_notify", "txid_current", "nextval", "setval", "query_to_xml",
     "pg_logical_emit_message", "pg_switch_wal", "pg_create_restore_point", "pg_sleep_until",
+    "ts_stat", "ts_rewrite", "pg_file_write",
 }
+#: Families denied by prefix: every function that runs SQL given as a string (``query_to_xml``,
+#: ``cursor_to_xml``, ``dblink``...) or dumps whole tables, schemas or databases, or reads files.
+_DENIED_PREFIXES = ("query_to_xml", "cursor_to_xml", "table_to_xml", "schema_to_xml", "database_to_xml",
+                    "dblink", "lo_", "pg_read_", "pg_ls_", "pg_stat_file", "pg_file_", "pg_advisory",
+                    "pg_try_advisory")
 
 
-def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
+def denied_function(name: str) -> bool:
+    """Whether a history-query may not call the function ``name`` (any case).
+
+    >>> denied_function("QUERY_TO_XML_AND_XMLSCHEMA"), denied_function("avg")
+    (True, False)
+    """
+    name = name.lower().rsplit(".", 1)[-1]
+    return name in _DENIED_FUNCTIONS or name.startswith(_DENIED_PREFIXES)
+
+
+def prepare(sql: str, known_streams: set[str], references: set[str] | frozenset[str] = frozenset()) -> HistoryQuery:
     """Validate ``sql`` and describe it. Raises :class:`UnsafeQuery` naming the problem.
+    ``references`` are reference tables it may also read (:mod:`archive.reference`),
+    read-only and as of the event's time.
 
     >>> q = prepare("SELECT avg(bw) FROM metrics h WHERE h.sid = :sid", {"metrics"})
     >>> q.streams, q.params
@@ -66,9 +88,9 @@ def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
     archive.errors.UnsafeQuery: history-query must be a single SELECT, got DELETE: 'DELETE FROM metrics'
     """
     tree = _parse(sql)
-    streams = []
+    streams, refs = [], []
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
-    shadowing = sorted(ctes & known_streams)
+    shadowing = sorted(ctes & (set(known_streams) | set(references)))
     if shadowing:
         # ``WITH metrics AS (SELECT * FROM metrics)`` would read the whole stream, every
         # chunk, through a name the chunk slicing leaves alone.
@@ -78,6 +100,10 @@ def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
             continue
         if table.args.get("db") or table.args.get("catalog"):
             raise UnsafeQuery(f"history-query may not name a schema-qualified table ({table.sql('postgres')!r})")
+        if table.name in references and table.name not in known_streams:
+            if table.name not in refs:
+                refs.append(table.name)
+            continue
         if table.name not in known_streams:
             known = ", ".join(sorted(known_streams)) or "none"
             raise UnsafeQuery(f"history-query reads unknown stream {table.name!r} (archived streams: {known})")
@@ -93,13 +119,17 @@ def prepare(sql: str, known_streams: set[str]) -> HistoryQuery:
             raise UnsafeQuery(f"history-query uses a positional placeholder; name it (:name): {sql!r}")
         if ph.name not in params:
             params.append(ph.name)
-    return HistoryQuery(sql, tuple(streams), tuple(params))
+    return HistoryQuery(sql, tuple(streams), tuple(params), tuple(refs))
 
 
 @functools.lru_cache(maxsize=512)
 def _parse(sql: str) -> exp.Expression:
     if not isinstance(sql, str) or not sql.strip():
         raise UnsafeQuery("history-query is empty")
+    if _MISSING_RULES:  # fail closed: a rule that cannot be checked refuses every query
+        raise UnsafeQuery(f"history-queries are refused: sqlglot {sqlglot.__version__} has no "
+                          f"{', '.join('exp.' + n for n in _MISSING_RULES)} (the safety rules need it; "
+                          "install the sqlglot version pyproject.toml pins)")
     try:
         statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
     except sqlglot.errors.ParseError as exc:
@@ -115,7 +145,7 @@ def _parse(sql: str) -> exp.Expression:
             raise UnsafeQuery(f"history-query may only read; it contains {node.key.upper()}: {sql!r}")
         if isinstance(node, exp.Func):
             name = (node.name if isinstance(node, exp.Anonymous) else node.sql_name()).lower()
-            if name in _DENIED_FUNCTIONS:
+            if denied_function(name):
                 raise UnsafeQuery(f"history-query may not call {name}(): {sql!r}")
     return tree
 
@@ -125,14 +155,24 @@ _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @functools.lru_cache(maxsize=512)
-def render(sql: str, ts_cols: tuple[tuple[str, str], ...]) -> str:
+def render(sql: str, ts_cols: tuple[tuple[str, str], ...],
+           refs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()) -> str:
     """The template with each stream replaced by its chunk slice, in psycopg2's
-    ``%(name)s`` style. ``__lo`` / ``__hi`` bind the chunk interval."""
+    ``%(name)s`` style. ``__lo`` / ``__hi`` bind the chunk interval. ``refs`` are the
+    reference tables read, ``(name, physical table, columns)``: each is replaced by its
+    rows valid at ``__as_of`` (:mod:`archive.reference`)."""
     tree = _parse(sql).copy()
     ts_of = dict(ts_cols)
+    ref_of = {name: (table, cols) for name, table, cols in refs}
     ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
 
     def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.name in ref_of and node.name not in ctes:
+            table, cols = ref_of[node.name]
+            at = _MARK.format("__as_of")
+            return sqlglot.parse_one(
+                f"(SELECT {', '.join(quote(c) for c in cols)} FROM {quote(table)} WHERE _valid_from <= {at} "
+                f"AND (_valid_to IS NULL OR _valid_to > {at})) AS {quote(node.alias or node.name)}", read="postgres")
         if isinstance(node, exp.Table) and node.name in ts_of and node.name not in ctes:
             alias = node.alias or node.name
             ts = quote(ts_of[node.name])
@@ -150,26 +190,36 @@ def render(sql: str, ts_cols: tuple[tuple[str, str], ...]) -> str:
 
 
 def run(catalog: Catalog, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
-        conn: Any = None, timeout_ms: int | None = None) -> pd.DataFrame:
+        conn: Any = None, timeout_ms: int | None = None,
+        refs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()) -> pd.DataFrame:
     """Run ``query`` over task interval ``chunk_id`` (the contract of
-    :meth:`archive.abc.ChunkStore.run_history_query`)."""
+    :meth:`archive.abc.ChunkStore.run_history_query`). ``refs`` describe the reference
+    tables it reads (:func:`render`); they are read as of ``params["__as_of"]``, the
+    event's time."""
     missing = [p for p in query.params if p not in params]
     if missing:
         raise MissingParameter(f"history-query needs a value for :{missing[0]} (given: {sorted(params)})")
+    if query.references and "__as_of" not in params:
+        raise MissingParameter(f"history-query reads reference table {query.references[0]!r} and needs the "
+                               "event's time to read it as of (__as_of)")
     ts_cols = tuple((s, catalog.stream(s).ts_col) for s in query.streams)
     lo, hi = task_grid(catalog, query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
-    text = history_plan.plan_settings(catalog, query.streams, query.template) + render(query.template, ts_cols)
+    text = (history_plan.plan_settings(catalog, query.streams, query.template)
+            + render(query.template, ts_cols, refs))
     bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
+    if query.references:
+        bound["__as_of"] = params["__as_of"]
     names, _types, rows = read_only(catalog, text, bound, f"history-query over chunk {chunk_id}",
                                     query.template, conn, timeout_ms)
     return pd.DataFrame(rows, columns=names)
 
 
 @contextmanager
-def read_only_errors(conn, cur, what: str, timeout_message: str):
+def read_only_errors(conn, cur, what: str, timeout_message: str, grant_misses: bool = False):
     """The body runs a read-only transaction on ``cur``; it ends with ROLLBACK (nothing
     to commit), and PostgreSQL's errors become the history-query errors naming ``what``.
-    A lost connection passes through: the caller's retry reconnects (archive.pg)."""
+    A lost connection passes through: the caller's retry reconnects (archive.pg); so does
+    a permission refusal when ``grant_misses`` (the caller grants and runs again)."""
     try:
         yield
     except psycopg2.errors.QueryCanceled as exc:
@@ -182,6 +232,8 @@ def read_only_errors(conn, cur, what: str, timeout_message: str):
             raise
         if not conn.closed:
             cur.execute("ROLLBACK")
+        if grant_misses and reader_role.is_missing_grant(exc):
+            raise
         msg = (exc.pgerror or str(exc)).strip().splitlines()[0]
         raise HistoryQueryFailed(f"{what} failed: {msg}") from None
     cur.execute("ROLLBACK")
@@ -197,15 +249,26 @@ def read_only(catalog: Catalog, text: str, bound: Mapping[str, Any], what: str, 
             return read_only(catalog, text, bound, what, template, own, timeout_ms)
     timeout = int(timeout_ms or catalog.settings.statement_timeout_ms)
     conn.autocommit = True
-    with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms: {template!r}"):
-        # one round trip for BEGIN, the settings and the query (PostgreSQL >= 13 applies
-        # statement_timeout per statement of a multi-statement message); parallel
-        # workers: archive.history_plan
-        cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
-                    "SET LOCAL max_parallel_workers_per_gather = %(__moirae_workers)s; " + text,
-                    {**bound, "__moirae_timeout": timeout,
-                     "__moirae_workers": catalog.settings.history_parallel_workers})
-        names = [d.name for d in cur.description]
-        types = [d.type_code for d in cur.description]
-        rows = cur.fetchall()
-    return names, types, rows
+    streams = frozenset(catalog.names())
+    role = reader_role.ensure(catalog.db, streams)  # only SELECT on streams and reference tables
+    for attempt in (0, 1):
+        try:
+            with conn.cursor() as cur, read_only_errors(conn, cur, what, f"{what} exceeded {timeout} ms: {template!r}",
+                                                        grant_misses=attempt == 0):
+                # one round trip for BEGIN, the settings, the role and the query (PostgreSQL
+                # >= 13 applies statement_timeout per statement of a multi-statement
+                # message); parallel workers: archive.history_plan
+                cur.execute("BEGIN TRANSACTION READ ONLY; SET LOCAL statement_timeout = %(__moirae_timeout)s; "
+                            "SET LOCAL max_parallel_workers_per_gather = %(__moirae_workers)s; "
+                            f"SET LOCAL ROLE {quote(role)}; " + text,
+                            {**bound, "__moirae_timeout": timeout,
+                             "__moirae_workers": catalog.settings.history_parallel_workers})
+                names = [d.name for d in cur.description]
+                types = [d.type_code for d in cur.description]
+                rows = cur.fetchall()
+            return names, types, rows
+        except psycopg2.Error as exc:  # a table created since the grants: grant it, run again
+            if not reader_role.is_missing_grant(exc):
+                raise
+            role = reader_role.ensure(catalog.db, streams, refresh=True)
+    raise AssertionError("unreachable")

@@ -28,10 +28,13 @@ import psycopg2.extensions
 from archive.errors import DatabaseUnavailable
 from archive.pool import IdlePool
 from archive.schema import OUTAGES_DDL
+from moirae.base.redact import redact, redact_all
 
 ENV_DSN = "MOIRAE_PG_DSN"
 ENV_RETRY = "MOIRAE_PG_RETRY_SECONDS"
 DEFAULT_RETRY_SECONDS = 120.0
+ENV_CLIENT_TIMEOUT = "MOIRAE_PG_CLIENT_TIMEOUT_S"
+DEFAULT_CLIENT_TIMEOUT_S = 15.0
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -119,7 +122,7 @@ def embedded_dsn(data_dir: str | os.PathLike) -> str:
             warnings.simplefilter("ignore")
             server = pgserver.get_server(str(pgdata), cleanup_mode=None)
     except Exception as exc:
-        raise DatabaseUnavailable(f"could not start the embedded PostgreSQL in {pgdata}: {exc}") from exc
+        raise DatabaseUnavailable(redact(f"could not start the embedded PostgreSQL in {pgdata}: {exc}")) from exc
     return server.get_uri()
 
 
@@ -214,7 +217,7 @@ class Database:
                 rows = cur.fetchall()
         keys = ("start", "end", "retries", "during", "last_error")
         report["outages"] = [json.loads(json.dumps(dict(zip(keys, r, strict=True)), default=str)) for r in rows]
-        return report
+        return redact_all(report)  # rows written before redaction existed too
 
     def connect(self, search_path: bool = True, **kwargs) -> psycopg2.extensions.connection:
         """A new connection (the caller closes it); retried with backoff while the server
@@ -259,20 +262,46 @@ class Database:
                 cur.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
+def client_timeouts(dsn: str, seconds: float | None = None) -> dict[str, Any]:
+    """libpq's client-side timeouts for a connection to ``dsn`` (those the DSN does not set
+    itself): ``connect_timeout``, TCP keepalives and ``tcp_user_timeout``, all derived from
+    ``seconds`` (``MOIRAE_PG_CLIENT_TIMEOUT_S``, default 15). A server that vanishes from
+    the network (a partition, a blackhole: no reset ever arrives) then fails the
+    connection within about that long, and :meth:`Database.retry` takes over, instead of
+    a read blocked forever.
+
+    >>> t = client_timeouts("host=db connect_timeout=3", 12)
+    >>> "connect_timeout" in t, t["tcp_user_timeout"], t["keepalives_idle"]
+    (False, 12000, 4)
+    """
+    s = float(os.environ.get(ENV_CLIENT_TIMEOUT, DEFAULT_CLIENT_TIMEOUT_S) if seconds is None else seconds)
+    whole = max(1, round(s))
+    wanted = {"connect_timeout": whole, "keepalives": 1, "keepalives_idle": max(1, whole // 3),
+              "keepalives_interval": max(1, whole // 6), "keepalives_count": 3,
+              "tcp_user_timeout": int(s * 1000)}
+    try:
+        given = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:  # psycopg2.connect says what is wrong with it
+        given = {}
+    return {k: v for k, v in wanted.items() if k not in given}
+
+
 def _open(dsn: str, schema: str | None, **kwargs) -> psycopg2.extensions.connection:
-    """A new connection, with ``schema`` first on its search path when given."""
+    """A new connection, with ``schema`` first on its search path when given, and the
+    client-side timeouts of :func:`client_timeouts`."""
     options = kwargs.pop("options", "")
     if schema:
         options = f"{options} -c search_path={schema},public".strip()
     try:
-        return psycopg2.connect(dsn, options=options or None, **kwargs)
+        return psycopg2.connect(dsn, options=options or None, **{**client_timeouts(dsn), **kwargs})
     except psycopg2.OperationalError as exc:
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL at {_redact(dsn)}: {exc}".strip()) from exc
+        raise DatabaseUnavailable(redact(f"cannot connect to PostgreSQL at {dsn}: {exc}".strip())) from exc
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """``exc`` as one line, its secrets redacted (:mod:`moirae.base.redact`)."""
+    return redact(" ".join(str(exc).split())) or type(exc).__name__
 
 
 def _redact(dsn: str) -> str:
-    return re.sub(r"(password=|:)([^@\s]+)@", r"\1***@", dsn)
+    return redact(dsn)

@@ -6,14 +6,20 @@ Fixed tables (created by :func:`open_schema`):
   interval, a version bumped whenever the stream's set of chunks changes);
 - ``moirae_chunks``: the chunk catalog (one row per chunk: bounds, tier, counts, indexes);
 - ``moirae_batches``: the batch log that makes appends exactly-once;
-- ``moirae_batch_parts``: the executors' per-partition records of a micro-batch, until
-  the driver commits it (:mod:`archive.exec_sink`);
+- ``moirae_batch_parts``: the records of a micro-batch's parts written so far, until its
+  batch-log row commits: one per executor partition and *piece* (:mod:`archive.exec_sink`),
+  or per piece of a driver append (``part`` -1, :mod:`archive.writes`). A piece is one
+  transaction of at most :data:`archive.chunks.MAX_CHUNKS_PER_BATCH` chunks, so a batch
+  spanning more chunks than one transaction may lock is written in several, each
+  exactly once;
 - ``moirae_dead_letters``: rows refused, with their reason;
 - ``moirae_archive_state``: key/value state (each stream's expiry horizon, the schema
   version under :data:`VERSION_KEY`).
 
 Created on first use: ``moirae_simindex`` and ``moirae_simvocab``
-(:data:`SIMINDEX_DDL`, :mod:`archive.simindex`), ``moirae_outages``
+(:data:`SIMINDEX_DDL`, :mod:`archive.simindex`), ``moirae_reference_tables`` and
+``moirae_reference_versions`` (:data:`REFERENCE_DDL`) with one table per reference table
+(:func:`reference_table_ddl`, :mod:`archive.reference`), ``moirae_outages``
 (:data:`OUTAGES_DDL`, :class:`archive.pg.Database`).
 
 Per stream: its partitioned table (:func:`stream_table_ddl`), one partition per chunk
@@ -34,8 +40,9 @@ from datetime import datetime
 from archive.errors import SchemaVersionError
 from archive.names import quote, stage_name
 
-SCHEMA_VERSION = 1
-"""The version of the archive's tables this code reads and writes."""
+SCHEMA_VERSION = 2
+"""The version of the archive's tables this code reads and writes (2: batch pieces and
+provisional chunk intervals, :data:`V2_DDL`)."""
 
 VERSION_KEY = "schema_version"
 """The ``moirae_archive_state`` key holding the stored version."""
@@ -106,6 +113,19 @@ CREATE TABLE IF NOT EXISTS moirae_batch_parts (
 );
 """
 
+V2_DDL = """
+-- a batch part is written in pieces of a bounded number of chunks, each its own transaction
+ALTER TABLE moirae_batch_parts ADD COLUMN IF NOT EXISTS piece integer NOT NULL DEFAULT 0;
+ALTER TABLE moirae_batch_parts DROP CONSTRAINT IF EXISTS moirae_batch_parts_pkey;
+ALTER TABLE moirae_batch_parts ADD CONSTRAINT moirae_batch_parts_pkey PRIMARY KEY (stream, batch_id, part, piece);
+-- a stream's chunk interval while it may still be revised (archive.chunks): 'guess' (no
+-- rate seen yet) or 'estimate' (from the rows seen so far); NULL: fixed for good
+ALTER TABLE moirae_streams ADD COLUMN IF NOT EXISTS chunk_provisional text
+    CHECK (chunk_provisional IN ('guess', 'estimate'));
+"""
+"""Version 2: batch pieces (``moirae_batch_parts.piece``) and provisional intervals
+(``moirae_streams.chunk_provisional``). Idempotent; data kept."""
+
 SIMINDEX_DDL = """
 CREATE TABLE IF NOT EXISTS moirae_simindex (
     operator  text NOT NULL,
@@ -126,6 +146,45 @@ CREATE TABLE IF NOT EXISTS moirae_simvocab (
 );
 """
 
+REFERENCE_DDL = """
+CREATE TABLE IF NOT EXISTS moirae_reference_tables (
+    name        text PRIMARY KEY,
+    key         jsonb NOT NULL,
+    columns     jsonb NOT NULL,
+    version     integer NOT NULL DEFAULT 0,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS moirae_reference_versions (
+    name        text NOT NULL REFERENCES moirae_reference_tables (name),
+    version     integer NOT NULL,
+    valid_from  timestamptz NOT NULL,
+    loaded_at   timestamptz NOT NULL DEFAULT now(),
+    source      text,
+    rows        bigint NOT NULL,
+    inserted    bigint NOT NULL,
+    changed     bigint NOT NULL,
+    removed     bigint NOT NULL,
+    PRIMARY KEY (name, version)
+);
+"""
+"""The registry of reference tables and their loads (:mod:`archive.reference`), created on first use."""
+
+
+def reference_table_ddl(table: str, columns: list[tuple[str, str]], key: list[str]) -> str:
+    """A reference table's versioned rows: each row is valid on ``[_valid_from, _valid_to)``
+    (``_valid_to`` NULL while current), loaded by version ``_version``.
+
+    >>> ddl = reference_table_ddl("moirae_ref_s", [("sid", "text"), ("team", "text")], ["sid"])
+    >>> ddl.split("; ")[0].endswith('_valid_to timestamptz, "sid" text, "team" text)')
+    True
+    """
+    cols = ", ".join(f"{quote(c)} {t}" for c, t in columns)
+    keys = ", ".join(quote(c) for c in key)
+    return (f"CREATE TABLE IF NOT EXISTS {quote(table)} (_version integer NOT NULL, _valid_from timestamptz NOT NULL, "
+            f"_valid_to timestamptz, {cols}); "
+            f"CREATE INDEX IF NOT EXISTS {quote(table + '__key')} ON {quote(table)} ({keys}, _valid_from)")
+
+
 OUTAGES_DDL = ("CREATE TABLE IF NOT EXISTS moirae_outages (id bigserial PRIMARY KEY, start_ts timestamptz NOT NULL, "
                "end_ts timestamptz NOT NULL, retries int NOT NULL, during text, last_error text)")
 
@@ -133,6 +192,7 @@ MIGRATIONS: dict[int, str] = {
     # 0: a database written before the version was stored. Its tables lack at most the
     # columns and tables added since, which the current DDL adds without touching data.
     0: CATALOG_DDL + PARTS_DDL,
+    1: V2_DDL,
 }
 """``{from_version: the SQL that brings it to from_version + 1}``."""
 
@@ -204,7 +264,7 @@ def open_schema(cur, where: str = "this database") -> int | None:
     cur.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK,))  # one DDL writer at a time
     found = stored_version(cur)
     if found is None:
-        cur.execute(CATALOG_DDL + PARTS_DDL)
+        cur.execute(CATALOG_DDL + PARTS_DDL + V2_DDL)
     elif found > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"the archive in {where} is at schema version {found}, newer than this Moirae's {SCHEMA_VERSION}: "

@@ -21,10 +21,10 @@ class ArchiveSettings:
 
     Chunk intervals are per stream (see :mod:`archive.chunks`): a stream named
     in ``chunk_intervals`` gets that interval; otherwise, with ``chunk_target_rows`` set,
-    a raw stream's interval is chosen from the rate of its first batch so that a chunk
-    holds about that many rows (rounded down to a calendar-friendly step); otherwise it
-    is ``chunk_span``. Once a stream's first chunk exists its interval is fixed (recorded
-    in the catalog)."""
+    a raw stream's interval is chosen from its observed density so that a chunk holds about
+    that many rows (rounded down to a calendar-friendly step), ``chunk_span`` being only
+    the guess while no batch has shown a rate, and revised while the stream is young
+    (:func:`archive.chunks.settle`); otherwise it is ``chunk_span``."""
 
     chunk_span: timedelta = timedelta(hours=1)
     recent_chunks: int = 24

@@ -22,21 +22,23 @@ another owner. The choice of owner is kept beside the source's checkpoint
 (:func:`claim`), so a restart archives the source the same way: a source switched from
 one reader to another mid-stream would lose or repeat what the two had read apart.
 
-A stream's chunk interval is chosen from the rate of its first batch, and the
-partitions of a shared read write their rows as the query reads them, before anyone has
-seen the batch. So until the interval is fixed, the partitions COPY their rows into the
+A stream's chunk interval is chosen from the rate of its rows (:func:`archive.chunks.settle`),
+and the partitions of a shared read write their rows as the query reads them, before
+anyone has seen the batch. So while the interval waits for a rate (none recorded, or
+only a guess from a batch of one instant), the partitions COPY their rows into the
 stream's stage table (:func:`archive.names.stage_name`), exactly once as ever; the driver
 then archives the staged batch through :meth:`archive.archiver.Archiver.append`, which
-chooses the interval from those rows, creates the chunks and logs the batch in one
-transaction, and empties the stage. A stream with a configured interval, a derived one,
-or ``chunk_target_rows: 0`` fixes its interval at once and never stages.
+chooses (or revises) the interval from those rows, creates the chunks and logs the
+batch, and empties the stage. Once an estimate is recorded the partitions write on its
+grid, and :meth:`SharedArchive.begin` revises it from the rows archived so far while it
+is provisional. A stream with a configured interval, or ``chunk_target_rows: 0``, fixes
+its interval at once and never stages.
 """
 
 from __future__ import annotations
 
 import os
 import zlib
-from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -120,14 +122,11 @@ class SharedArchive:
         arch = self.archiver
         if arch.interval_from_rate(self.stream):  # see the module docstring
             self._ensure_stage()
-        elif not arch.has_interval(self.stream):
-            arch.fix_interval(self.stream, 0, timedelta(0))
-        if arch.has_interval(self.stream):
-            span_us = arch.grid_of(self.stream).span_us
-            self._staged.discard(batch_id)
-        else:
             span_us = 0  # stage: the interval comes from this batch's rows
             self._staged.add(batch_id)
+        else:  # fixed, or an estimate revised from the rows archived so far
+            span_us = arch.settle_interval(self.stream).span_us
+            self._staged.discard(batch_id)
         # a batch id above the last one this process committed is not in the log (the
         # owner's ids follow its micro-batches); only a restart's first batch must ask
         skip = batch_id <= self._committed or (self._committed < 0 and arch.batch_done(self.stream, bid))

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import timedelta
 
 from archive.abc import AppendResult
 from archive.archiver import Archiver
+from archive.chunks import Evidence
 from archive.exec_udf import BATCH_PROPERTY, EXECUTOR_DSN_ENV, SUMMARY_SCHEMA, StreamWriter, batch_property
 from archive.ids import spark_source_id
 from archive.streams import StreamSpec
@@ -111,20 +111,22 @@ def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None =
 
 
 def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
-    """The stream's chunk interval in microseconds. When it is to be chosen from the
-    rate of the stream's first non-empty batch, one small aggregate (rows, first and
-    last event time) of that batch lets the Archiver choose it, as its own append path
-    does; that reads the batch twice, once. An interval configured, or already fixed,
-    needs no aggregate."""
-    if not archiver.interval_from_rate(spec.name):
-        return archiver.fix_interval(spec.name, 0, timedelta(0)).span_us
+    """The stream's chunk interval in microseconds, settled first
+    (:meth:`Archiver.settle_interval`). While it is not final (none recorded, a guess or
+    an estimate), one small aggregate of the batch (rows, distinct instants, first and
+    last event time) lets the Archiver choose or revise it before the executors write,
+    as its own append path does; that reads such a batch twice. A final interval needs
+    no aggregate."""
+    if not archiver.interval_from_rate(spec.name) and archiver.catalog.provisional(spec.name) is None:
+        return archiver.settle_interval(spec.name).span_us
     from pyspark.sql import functions as F
 
     us = F.unix_micros(F.col(spec.ts_col))
-    r = typed.agg(F.count(us).alias("n"), F.min(us).alias("lo"), F.max(us).alias("hi")).first()
+    r = typed.agg(F.count(us).alias("n"), F.count_distinct(us).alias("d"), F.min(us).alias("lo"),
+                  F.max(us).alias("hi")).first()
     if not r["n"]:
         return archiver.grid_of(spec.name).span_us
-    return archiver.fix_interval(spec.name, r["n"], timedelta(microseconds=r["hi"] - r["lo"])).span_us
+    return archiver.settle_interval(spec.name, Evidence(r["n"], r["d"], r["lo"], r["hi"])).span_us
 
 
 class _Writers:

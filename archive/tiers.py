@@ -226,7 +226,8 @@ def status(catalog: Catalog, present: PresentCache) -> dict[str, Any]:
             "batches": int(batches.get(spec.name, 0)), "retention": spec.retention.to_json(),
             "horizon": h.isoformat() if (h := catalog.horizon(spec.name)) else None,
             "chunk_interval_seconds": catalog.grid_of(spec.name).span.total_seconds(),
-            "chunk_interval_fixed": catalog.interval(spec.name) is not None,
+            "chunk_interval_fixed": catalog.interval(spec.name) is not None and not catalog.provisional(spec.name),
+            "chunk_interval_provisional": catalog.provisional(spec.name),  # "guess", "estimate" or None
         }
     for stream, tier, n, rows, late in tiers:
         s = streams.setdefault(stream, {"chunks": {t.value: 0 for t in Tier}, "rows": 0, "late_rows": 0})

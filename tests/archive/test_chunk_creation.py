@@ -1,6 +1,7 @@
 """Creating chunks never takes more than a bounded number of locks in one transaction
 (issue 12: a year of hourly chunks created in one transaction ran PostgreSQL out of
-shared memory for locks), and a batch too wide for one transaction is refused by name."""
+shared memory for locks). A batch too wide for one transaction is written in pieces:
+tests/archive/test_batch_pieces.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from datetime import timedelta
 import pytest
 
 from archive import chunks as chunks_mod
-from archive.errors import BatchTooWide
 from tests.archive.arch_helpers import rows
 
 pytestmark = pytest.mark.postgres
@@ -34,11 +34,3 @@ def test_a_batch_opening_hundreds_of_chunks_creates_them_in_bounded_transactions
     assert max(per_tx) <= 16 and len(per_tx) >= 300 // 16
     assert len(archiver.chunks("metrics")) == 300
     assert len(archiver.read("metrics", frame.ts.min(), frame.ts.max() + timedelta(hours=1))) == 300
-
-
-def test_a_batch_wider_than_one_transaction_may_lock_is_refused_by_name(archiver, monkeypatch):
-    monkeypatch.setattr(chunks_mod, "MAX_CHUNKS_PER_BATCH", 10)
-    with pytest.raises(BatchTooWide, match=r"batch 7 of stream 'metrics' spans 11 chunks"):
-        archiver.append("metrics", 7, rows(11, step=timedelta(hours=1)))
-    assert archiver.batch_ids("metrics") == []  # nothing recorded: the batch can be sent again, split
-    assert archiver.append("metrics", 7, rows(10, step=timedelta(hours=1))).rows == 10

@@ -79,3 +79,30 @@ def test_an_older_version_without_a_migration_is_refused(pg, monkeypatch):
     with pytest.raises(SchemaVersionError, match=r"schema version 0, and no migration leads from version 0"):
         make_archiver(pg)
     assert _stored(pg) == 0
+
+
+def test_a_version_1_database_gains_batch_pieces_and_provisional_intervals(pg, monkeypatch):
+    """Version 1 had one record per executor partition and intervals fixed by the first
+    batch; opening it migrates the tables in place, and a batch in pieces then works."""
+    from datetime import timedelta
+
+    from archive import chunks
+
+    old = make_archiver(pg)
+    old.register_stream(metrics_spec())
+    old.append("metrics", 1, rows(5))
+    with pg.connection() as conn, conn.cursor() as cur:
+        cur.execute("ALTER TABLE moirae_batch_parts DROP CONSTRAINT moirae_batch_parts_pkey")
+        cur.execute("ALTER TABLE moirae_batch_parts DROP COLUMN piece")
+        cur.execute("ALTER TABLE moirae_batch_parts ADD PRIMARY KEY (stream, batch_id, part)")
+        cur.execute("ALTER TABLE moirae_streams DROP COLUMN chunk_provisional")
+    _stamp(pg, 1)
+    new = make_archiver(pg)
+    assert _stored(pg) == SCHEMA_VERSION == 2
+    monkeypatch.setattr(chunks, "MAX_CHUNKS_PER_BATCH", 4)
+    assert new.append("metrics", 2, rows(10, start=rows(1)["ts"][0] + timedelta(days=2),
+                                         step=timedelta(hours=1), first=5)).rows == 10
+    assert new.batch_ids("metrics") == [1, 2] and sum(c.rows for c in new.chunks("metrics")) == 15
+    assert new.catalog.provisional("metrics") is None  # an interval recorded before stays final
+    old.index_claims.close()
+    new.index_claims.close()
