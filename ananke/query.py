@@ -214,7 +214,8 @@ class Provenanced:
         agg_names = [c for c in grouped.columns if c not in ("window", PROV, _PROV_IDS, _PROV_TS, *keys)]
         extra = [F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end")] if bounds else []
         df = grouped.select(*keys, *agg_names, F.window_time("window").alias(ts_out), *extra, *prov_out)
-        out = self._next(df, "window", name, lag=size_td, ts=ts_out, single=False, size=size_td, slide=slide_td)
+        out = self._next(df, "window", name, lag=size_td, ts=ts_out, single=False, size=size_td, slide=slide_td,
+                         keys=tuple(str(k) for k in keys))
         lazy = self._digest_window(win, keys, aggs, agg_names, ts_out, extra)
         return out if lazy is None else Provenanced(out.query, out.df, out.ts, out.node, out.single, None, lazy)
 

@@ -57,7 +57,8 @@ class IncidentRule:
     ``keys`` are the attributes that say what an incident is about (a server's
     ``sid``); with no keys every detection of the type shares one key. ``window`` is
     the event-query's window length; ``gap`` the silence allowed between two windows of
-    one incident (default: one window).
+    one incident (default: one window; the engine sets the event-query's slide,
+    :mod:`moirae.incidents.rules`).
     """
 
     keys: tuple[str, ...]

@@ -3,7 +3,9 @@
 Every ``archive.maintenance_interval`` a background thread moves the expiry horizon of
 each stream, demotes and ages chunks and applies retention (docs/ARCHITECTURE.md,
 "Demotion by provenance"; A 5.1): a stream read by instrumented event-queries follows
-Ananke's horizon ``min W_K - U`` over them, any other stream its own watermark (U = 0).
+Ananke's horizon ``min W_K - U`` over them, a stream context-queries read their
+event-queries' sink watermark less the context window (:meth:`Maintenance._source_horizons`),
+any other stream its own watermark (U = 0).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class Maintenance:
     def once(self) -> None:
         """Move each source stream's expiry horizon, then demote and age chunks: a stream
         read by instrumented event-queries uses Ananke's horizon ``min W_K - U`` over
-        them; any other stream its own watermark (U = 0). An event-query's event stream
+        them, one context-queries read their sink watermark less the context window
+        (:meth:`_source_horizons`); any other stream its own watermark (U = 0). An event-query's event stream
         follows its watermark, and its context streams too, less the longest archive wait
         and ``after`` of its context-queries (their rows are written that long after the
         watermark passed their event).
@@ -93,18 +96,33 @@ class Maintenance:
         self.deploy.save_state()
 
     def _source_horizons(self) -> dict[str, Any]:
-        """Per source stream: the minimum expiry horizon of the instrumented queries
-        reading it (A 5: W - U); streams no query reads are absent."""
+        """Per source stream: the minimum expiry horizon of the queries reading it;
+        streams no query reads are absent (None: a reader has no horizon yet).
+
+        An instrumented event-query contributes its horizon ``W - U`` (A 5.1). A
+        context-query contributes ``W - window``, ``W`` its event-query's sink watermark
+        (``horizon + U``): every future event is at or after ``W`` and reads the stream
+        only within ``window`` before itself (M 3.3), so no older tuple of the stream can
+        reach a future context. A stream only context-queries read (a sparse side
+        stream) thus leaves the present tier as the event-queries advance, not with its
+        own watermark, which stands still once its source has nothing new."""
         out: dict[str, Any] = {}
+
+        def meet(stream: str, h: Any) -> None:
+            if stream in out and (out[stream] is None or h is None):
+                out[stream] = None
+            elif stream in out:
+                out[stream] = min(out[stream], h)
+            else:
+                out[stream] = h
+
         for flow in self.deploy.flows.values():
             h = flow.horizon()
             for stream in flow.query.inputs:
-                if stream in out and (out[stream] is None or h is None):
-                    out[stream] = None
-                elif stream in out:
-                    out[stream] = min(out[stream], h)
-                else:
-                    out[stream] = h
+                meet(stream, h)
+            for cq in self.deploy.contexts.get(flow.query.name, []) if h is not None else ():
+                for stream in cq.inputs:  # (without a horizon, e.g. no provenance: its own watermark)
+                    meet(stream, h + flow.U - cq.window)
         return out
 
     def _loop(self) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from typing import Any
 
 from moirae.incidents.errors import IncidentError, NoSuchIncident
 from moirae.incidents.resolution_cache import ResolutionCache
+from moirae.incidents.rules import rule_row
 from recall.api import OutputKind
 from similarity.incidents import IncidentRule, IncidentTracker, LiveIncidents
 
@@ -68,7 +70,16 @@ CREATE TABLE IF NOT EXISTS moirae_incident_events (
     z        double precision
 );
 CREATE INDEX IF NOT EXISTS moirae_incident_events_incident ON moirae_incident_events (incident, ts);
+CREATE TABLE IF NOT EXISTS moirae_incident_rules (
+    event    text PRIMARY KEY,
+    keys     text[] NOT NULL,
+    window_s double precision NOT NULL,
+    gap_s    double precision
+);
 """
+
+#: how long a read-only store trusts its copy of the persisted rules before reading them again
+RULES_TTL_S = 5.0
 
 COLUMNS = ("id", "event", "key", "status", "start_ts", "last_ts", "n_events", "severity", "resolution",
            "acknowledged_by", "acknowledged_at", "resolved_by", "resolved_at", "updated_at")
@@ -140,6 +151,10 @@ class IncidentStore:
         self.publish = publish
         self.events = events
         self.configs: dict[str, IncidentConfig] = {}
+        self._declared: set[str] = set()  # configured by the user (configure), not followed from the query
+        self._followed: dict[str, IncidentRule] = {}  # read from each event-query's window (follow)
+        self._persisted: dict[str, IncidentRule] = {}  # the rules in moirae_incident_rules, for other processes
+        self._persisted_at = -math.inf
         self._live = LiveIncidents(lambda event, attrs: self.config(event, attrs).rule, reopen=self._reopen)
         self._lock = threading.Lock()
         # Similarity Recall asks once per chunk and task (moirae.incidents.resolution_cache)
@@ -149,25 +164,75 @@ class IncidentStore:
 
     # -- configuration ----------------------------------------------------------------
 
-    def configure(self, event: str, keys: Iterable[str] | str = (), window: timedelta = timedelta(minutes=5),
+    def configure(self, event: str, keys: Iterable[str] | str | None = None, window: timedelta | None = None,
                   gap: timedelta | None = None, metric: str | None = None, threshold: float | None = None,
                   series: tuple[str, str] | None = None, norm: str | None = None) -> IncidentConfig:
-        """Declare how ``event``'s events group and are shown (before its first event)."""
+        """Declare how ``event``'s events group and are shown (before its first event).
+        ``keys``, ``window`` and ``gap`` left out are the event-query's own (its window
+        operator's keys, size and slide, :mod:`moirae.incidents.rules`) when it has
+        one, else no keys and five minutes."""
+        followed = self._followed.get(event)
+        if keys is None:
+            keys = followed.keys if followed is not None else ()
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
-        cfg = IncidentConfig(IncidentRule(keys, window, gap), metric, threshold,
-                             None if series is None else (str(series[0]), str(series[1])), norm)
+        if window is None and followed is not None:
+            window, gap = followed.window, followed.gap if gap is None else gap
+        rule = IncidentRule(keys, timedelta(minutes=5) if window is None else window, gap)
+        cfg = IncidentConfig(rule, metric, threshold, None if series is None else (str(series[0]), str(series[1])),
+                             norm)
         with self._lock:
             self.configs[event] = cfg
+            self._declared.add(event)
             self._live.forget(event)
+        self._persist(event, rule)
         return cfg
 
+    def follow(self, event: str, rule: IncidentRule) -> IncidentConfig:
+        """Group ``event``'s events by the rule read from its event-query
+        (:func:`moirae.incidents.rules.rule_from_graph`), unless the user configured it;
+        what :meth:`configure` leaves out is then taken from it."""
+        with self._lock:
+            self._followed[event] = rule
+            if event not in self._declared:
+                self.configs[event] = IncidentConfig(rule)
+                self._live.forget(event)
+            cfg = self.configs[event]
+        if event not in self._declared:
+            self._persist(event, rule)
+        return cfg
+
+    def _persist(self, event: str, rule: IncidentRule) -> None:
+        row = rule_row(rule)
+        with self.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO moirae_incident_rules (event, keys, window_s, gap_s) "
+                        "VALUES (%(e)s, %(k)s, %(w)s, %(g)s) ON CONFLICT (event) DO UPDATE "
+                        "SET keys = EXCLUDED.keys, window_s = EXCLUDED.window_s, gap_s = EXCLUDED.gap_s",
+                        {"e": event, "k": row["keys"], "w": row["window_s"], "g": row["gap_s"]})
+        self._persisted[event] = rule
+
+    def _persisted_rule(self, event: str) -> IncidentRule | None:
+        """The rule the engine recorded for ``event`` (another process's, for a read-only
+        store), read again at most every :data:`RULES_TTL_S` seconds when unknown."""
+        if event not in self._persisted and time.monotonic() - self._persisted_at > RULES_TTL_S:
+            self._persisted_at = time.monotonic()
+            with self.db.connection() as conn, conn.cursor() as cur:
+                cur.execute("SELECT event, keys, window_s, gap_s FROM moirae_incident_rules")
+                for ev, keys, w, g in cur.fetchall():
+                    self._persisted[ev] = IncidentRule(tuple(keys), timedelta(seconds=w),
+                                                       None if g is None else timedelta(seconds=g))
+        return self._persisted.get(event)
+
     def config(self, event: str, attrs: Mapping[str, Any] | None = None) -> IncidentConfig:
-        """The event type's configuration; an unconfigured type is keyed by its text
+        """The event type's configuration: configured or followed here, else the rule
+        the engine recorded for it (a read-only store), else keyed by its text
         attributes, with 5-minute windows."""
         cfg = self.configs.get(event)
         if cfg is None:
-            keys = tuple(sorted(k for k, v in (attrs or {}).items() if isinstance(v, str)))
-            cfg = self.configs.setdefault(event, IncidentConfig(IncidentRule(keys, timedelta(minutes=5))))
+            rule = self._persisted_rule(event)
+            if rule is None:
+                keys = tuple(sorted(k for k, v in (attrs or {}).items() if isinstance(v, str)))
+                rule = IncidentRule(keys, timedelta(minutes=5))
+            cfg = self.configs.setdefault(event, IncidentConfig(rule))
         return cfg
 
     def _reopen(self, event: str, tr: IncidentTracker) -> None:
@@ -376,7 +441,8 @@ class IncidentStore:
         d = dict(zip(COLUMNS, row, strict=True))
         start, last = d["start_ts"], d["last_ts"]
         cfg = self.configs.get(d["event"])
-        window = cfg.rule.window if cfg is not None else timedelta(0)  # events carry their window's end
+        rule = cfg.rule if cfg is not None else self._persisted_rule(d["event"])
+        window = rule.window if rule is not None else timedelta(0)  # events carry their window's end
         return {"id": d["id"], "event": d["event"], "key": d["key"], "status": d["status"],
                 "start": start.isoformat(), "last_event": last.isoformat(),
                 "duration_s": (last - start + window).total_seconds(), "alerts": d["n_events"],

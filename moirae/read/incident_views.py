@@ -18,7 +18,9 @@ from typing import Any
 from moirae.incidents.store import metric_of, norm_of
 from moirae.read import archive_view, views
 
-#: history shown before the incident's first window and after its last event
+#: history shown before the incident's first window and after its last event (at least; two
+#: windows before and one after when the event-query's window is longer), and the longest
+#: chart (at least 24 windows)
 BEFORE, AFTER = timedelta(minutes=30), timedelta(minutes=15)
 MAX_SPAN = timedelta(hours=6)
 MAX_POINTS = 1500
@@ -70,8 +72,9 @@ def series(engine, inc: dict[str, Any], cfg) -> dict[str, Any] | None:
     if cfg.series is None or len(cfg.rule.keys) != 1:
         return None
     stream, column = cfg.series
-    start = datetime.fromisoformat(inc["start"]) - cfg.rule.window - BEFORE
-    end = min(datetime.fromisoformat(inc["last_event"]) + AFTER, start + MAX_SPAN)
+    w = cfg.rule.window  # an hourly or daily window's incident is charted at its own scale
+    start = datetime.fromisoformat(inc["start"]) - w - max(BEFORE, 2 * w)
+    end = min(datetime.fromisoformat(inc["last_event"]) + max(AFTER, w), start + max(MAX_SPAN, 24 * w))
     try:
         rows = archive_view.series(engine.archive, stream, column, cfg.rule.keys[0], inc["key"], start, end)
     except LookupError:
