@@ -55,3 +55,10 @@ class ScenarioConfigError(SourceError, ValueError):
 
 class UnparseableRows(SourceError, ValueError):
     """Rows whose event time cannot be parsed reached a place that cannot dead-letter them."""
+
+
+class UnknownSourceKind(SourceError, LookupError):
+    """A monitor file names a source kind no module registered (moirae.sources.kinds)."""
+
+    def __str__(self) -> str:  # LookupError would not, but keep it plain like MissingColumn
+        return str(self.args[0]) if self.args else ""
