@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ import pandas as pd
 
 from archive import Archiver, Database
 from moirae.config import Settings
+from moirae.deploy.lifecycle import Lifecycle
 from moirae.deploy.processing import Deployed, EventProcessor
 from moirae.incidents.store import IncidentConfig, IncidentStore
 from moirae.ingest.event_worker import EventWorker, unlogged_events
@@ -86,6 +88,9 @@ class DeployManager:
         self.indexes = IndexPrebuilder()  # similarity indexes of sealed / materialized chunks, in the background
         self._lock = threading.Lock()
         self._closing = False
+        self.deploying: tuple[str, str] | None = None  # (monitor, version) whose apply runs now
+        self.resumed: set[str] = set()  # monitors' event-queries that go on from their own version's checkpoint
+        self.lifecycle = Lifecycle(self, sources, db, settings.spark.stop_grace.total_seconds())
 
     # -- deployment ------------------------------------------------------------------
 
@@ -99,6 +104,9 @@ class DeployManager:
                          spark=self.settings.spark, on_events=self.on_events, provenance=self.settings.ananke.enabled)
         self.event_queries[name] = q
         self.flows[name] = flow
+        if self.deploying is not None:  # its events say which monitor version raised them
+            self.deployed.monitor_of[name] = self.deploying
+            self._claim_checkpoint(flow, self.deploying[1])
         self.operators.setdefault(name, [])
         self.manager.register(ReplicaOperator(self.materializer, name, self.settings.recall.default_tickets))
         if self.sources.started:
@@ -214,6 +222,140 @@ class DeployManager:
             raise QueryDefinitionError(f"{what} attached to unknown event-query {event!r} "
                                        f"(deployed: {sorted(self.event_queries)})")
 
+    # -- retiring (moirae.deploy.lifecycle) -------------------------------------------
+
+    def remove_event_query(self, name: str, *, fresh: bool = False, drop_archive: bool = False,
+                           grace: float | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        """Retire event-query ``name`` and everything attached to it, on a running engine:
+        its streaming queries stop between micro-batches, the event worker processes no
+        more of its batches (the events of those still queued stay archived in its event
+        stream, unlogged), every open recall task of its events (and its
+        replica task) is cancelled, its operators leave the Recall Manager, the index
+        builder and memory, its provenance graph's connection is closed. Its archived
+        streams stay unless ``drop_archive`` (then its event and context streams, its
+        provenance tables, its similarity statistics and indexes, and its checkpoints
+        are dropped); ``fresh`` drops its checkpoints only (a changed definition starts
+        its streaming query anew). ``grace``: how long a micro-batch in flight is waited
+        for (default ``spark.stop_grace``; one stopped inside a batch replays it from its
+        checkpoint if deployed again). Returns what was retired, with the seconds of each
+        step under ``phases``."""
+        from moirae.ingest.persist import forget_similarity
+
+        flow = self.flows.get(name)
+        if flow is None:
+            raise QueryDefinitionError(f"no event-query {name!r} is deployed (deployed: {sorted(self.flows)})")
+        phases: dict[str, float] = {}
+        t = time.monotonic()
+
+        def lap(what: str) -> None:
+            nonlocal t
+            now = time.monotonic()
+            phases[what] = round(now - t, 3)
+            t = now
+
+        flow.retired = True  # a micro-batch under way gives up at its next step; queued ones are skipped
+        flow.stop(grace)
+        lap("stop_query")
+        # its batches still queued are not processed (their events stay archived in its
+        # stream) and a run of them under way ends before its operators go
+        self.worker.forget(flow, timeout)
+        lap("drain_events")
+        op_names = list(self.operators.get(name, []))
+        replica = f"replica_{name}"
+        ours = {*op_names, replica}
+        eids = sorted({t.eid for t in self.manager.tasks() if t.operator in ours and t.ended_at is None})
+        with self.events.deferred():
+            cancelled = self.manager.cancel_many(eids, wait=timeout) if eids else {}
+        lap("cancel_tasks")
+        for op_name in [*op_names, replica]:
+            try:
+                self.manager.unregister(op_name)
+            except LookupError:
+                pass
+            op = self.ops.pop(op_name, None)
+            sim = self.deployed.similarity.pop(op_name, None)
+            if sim is not None:
+                self.indexes.remove(sim)
+                sim.source.close()
+                sim.source.invalidate_all()
+                if drop_archive:
+                    if sim.source.persisted is not None:
+                        sim.source.persisted.clear()
+                    forget_similarity(self.db, op_name)
+                else:  # its statistics go on from here when it is deployed again (M 3.5)
+                    snap, learned = sim.state_delta()
+                    save_similarity(self.db, op_name, snap, learned)
+            del op
+        streams = [flow.stream, *(context_stream(name, c.name) for c in self.contexts.get(name, []))]
+        inputs = list(self.event_queries[name].inputs)
+        if flow.graph is not None:
+            flow.graph.close()
+        for held in (self.event_queries, self.flows, self.contexts, self.operators, self.deployed.monitor_of):
+            held.pop(name, None)
+        with self.units._lock:  # what its units were materialized from no longer says anything
+            for key in [k for k in self.units._inputs if k[0] == name]:
+                del self.units._inputs[key]
+        lap("free_operators")
+        dropped: list[str] = []
+        checkpoint = self.sources.checkpoint_dir(flow.stream)
+        if fresh or drop_archive:
+            self._forget_version(name, flow.stream, streams, inputs, checkpoint, flow.query.eid)
+        if drop_archive:
+            for stream in streams:
+                if self.archiver.drop_stream(stream):
+                    dropped.append(stream)
+            if flow.graph is not None:
+                with self.db.connection() as conn, conn.cursor() as cur:
+                    for table in (flow.graph.v, flow.graph.e, flow.graph.lab):
+                        cur.execute(f"DROP TABLE IF EXISTS {table} CASCADE")  # the contributing view is remade
+                dropped.extend((flow.graph.v, flow.graph.e, flow.graph.lab))
+        lap("archive")
+        return {"event_query": name, "operators": op_names, "cancelled": cancelled, "inputs": inputs,
+                "streams": streams, "dropped": dropped, "phases": phases}
+
+    #: the file in an event-query's checkpoint naming the monitor version that wrote it
+    VERSION_FILE = "moirae_monitor_version"
+
+    def _claim_checkpoint(self, flow: EventFlow, version: str) -> None:
+        """Before a monitor's event-query starts: its checkpoint (and its streams' batch
+        log) resume only the version that wrote them. One written by another version, or
+        before versions were recorded, is dropped with what it numbered
+        (:meth:`_forget_version`); ``resumed`` says which flows go on from their own."""
+        name = flow.query.name
+        checkpoint = self.sources.checkpoint_dir(flow.stream)
+        marker = checkpoint / self.VERSION_FILE
+        written = marker.read_text().strip() if marker.exists() else None
+        if written == version:
+            self.resumed.add(name)
+            return
+        self.resumed.discard(name)
+        if checkpoint.exists():
+            streams = [flow.stream, *(s.name for s in self.archiver.streams() if s.name.startswith(f"cx_{name}_"))]
+            self._forget_version(name, flow.stream, streams, list(flow.query.inputs), checkpoint, flow.query.eid)
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        marker.write_text(version + "\n")
+
+    def _forget_version(self, name: str, stream: str, streams: list[str], inputs: list[str], checkpoint: Path,
+                        eid: str) -> None:
+        """What ties ``name``'s archive to the query version that wrote it goes: its
+        checkpoints, its materialization tags on its inputs, its streams' batch log (the
+        next query numbers its batches from 0 again), and the events that version
+        archived but never recorded (never alerts: the next version detects anew)."""
+        import shutil
+
+        from archive.drop import forget_batches, forget_tag
+        from archive.names import quote
+        from moirae.materialize.replica import tag_of
+
+        for path in (checkpoint, Path(f"{checkpoint}-ankn")):
+            shutil.rmtree(path, ignore_errors=True)
+        forget_tag(self.archiver, inputs, tag_of(name))
+        forget_batches(self.archiver, streams)
+        if stream in self.archiver.catalog.names():
+            with self.db.connection() as conn, conn.cursor() as cur:
+                cur.execute(f"DELETE FROM {quote(stream)} e WHERE e._batch >= 0 AND NOT EXISTS "
+                            f"(SELECT 1 FROM moirae_events m WHERE m.eid = e.{quote(eid)}::text)")
+
     # -- running ---------------------------------------------------------------------
 
     def start(self) -> None:
@@ -232,18 +374,23 @@ class DeployManager:
     def recover(self) -> int:
         """Process live events archived but never recorded (a crash after Spark committed
         their batch, before the worker was done); returns how many."""
+        return sum(self.recover_flow(flow) for flow in list(self.flows.values()))
+
+    def recover_flow(self, flow: EventFlow, queue: bool = False) -> int:
+        """:meth:`recover` for one event-query (one deployed on a running engine: a
+        monitor restored after a restart, or deployed again after an undeploy);
+        ``queue``: hand the batches to the event worker instead of processing them here."""
         n = 0
-        for flow in self.flows.values():
-            spec = self.archiver.stream(flow.stream)
-            q = flow.query
-            lost = unlogged_events(self.db, flow.stream, q.eid, [c for c, _ in spec.id_columns])
-            for batch_id, frame in lost.groupby("_batch", sort=True):
-                frame = frame.drop(columns=["_batch"]).reset_index(drop=True)
-                frame[q.ts] = pd.to_datetime(frame[q.ts], utc=True)
-                log.warning("moirae: recovering %d unrecorded events of %r from batch %d", len(frame), q.name,
-                            batch_id)
-                self.processor.process(flow, frame, int(batch_id), False)
-                n += len(frame)
+        spec = self.archiver.stream(flow.stream)
+        q = flow.query
+        lost = unlogged_events(self.db, flow.stream, q.eid, [c for c, _ in spec.id_columns])
+        for batch_id, frame in lost.groupby("_batch", sort=True):
+            frame = frame.drop(columns=["_batch"]).reset_index(drop=True)
+            frame[q.ts] = pd.to_datetime(frame[q.ts], utc=True)
+            log.warning("moirae: recovering %d unrecorded events of %r from batch %d", len(frame), q.name,
+                        batch_id)
+            (self.on_events if queue else self.processor.process)(flow, frame, int(batch_id), False)
+            n += len(frame)
         return n
 
     def _start_flow(self, flow: EventFlow) -> None:
@@ -311,7 +458,9 @@ class DeployManager:
     def live_queries(self) -> list[LiveQuery]:
         """The event-queries' streaming queries now (and ANK-N's), for the supervisor."""
         out = []
-        for flow in self.flows.values():
+        for flow in list(self.flows.values()):
+            if flow.retired:  # stopping on purpose: not the supervisor's to judge
+                continue
             restart = lambda flow=flow: self.restart_flow(flow)  # noqa: E731
             checkpoint = self.sources.checkpoint_dir(flow.stream)
             out.append(LiveQuery(f"event_{flow.query.name}", flow.streaming, checkpoint, restart))

@@ -38,6 +38,8 @@ class Deployed:
     operators: dict[str, list[str]] = field(default_factory=dict)  # event-query -> its operators' names
     ops: dict[str, Any] = field(default_factory=dict)  # operator name -> the operator
     similarity: dict[str, SimilarityRecall] = field(default_factory=dict)  # the Similarity Recalls among ops
+    #: event-query -> (monitor, version) of the monitor that deployed it (moirae.deploy.lifecycle)
+    monitor_of: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 class EventProcessor:
@@ -99,10 +101,11 @@ class EventProcessor:
     def _record(self, q: EventQuery, frame: pd.DataFrame, contexts: dict[ContextQuery, pd.DataFrame]) -> None:
         """Log the events with their contexts; each new one is learned, published and recalled."""
         records = []
+        monitor, version = self.deployed.monitor_of.get(q.name, (None, None))  # which version raised it
         for row in frame.to_dict("records"):
             eid = str(row[q.eid])
             attrs = {k: v for k, v in row.items() if k not in (q.eid, q.ts)}
-            rec = EventRecord(q.name, eid, row[q.ts].to_pydatetime(), attrs)
+            rec = EventRecord(q.name, eid, row[q.ts].to_pydatetime(), attrs, monitor=monitor, version=version)
             for cq, cx in contexts.items():
                 tuples = context_tuples(cx, row[q.eid], q.eid, q.ts)
                 if cq.surrounding:
