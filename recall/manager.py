@@ -49,6 +49,7 @@ while the query is known to be the cancelled task's.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -61,11 +62,14 @@ from recall.manager_state import ManagerState, OutputPublisher, OutputSink, Task
 from recall.manager_steer import Steering
 from recall.manager_worker import WorkerPool
 from recall.outputs import Bus
+from recall.replica2 import HistoryReplica, start_of_search
 from recall.task import RecallTask, TaskDescription, TaskIds, TaskStatus, TaskView, plan_chunks
 from scheduler.abc import SchedulingPolicy
 from scheduler.clock import Clock, MonotonicClock
 from scheduler.model import Priority
 from scheduler.scheduler import StrideScheduler
+
+log = logging.getLogger("recall.manager")
 
 __all__ = ["DuplicateOperator", "ManagerClosed", "OutputSink", "RecallManager", "RecallManagerError",
            "UnknownOperator"]
@@ -155,6 +159,20 @@ class RecallManager:
     def add_sink(self, sink: OutputSink) -> None:
         self._publisher.add_sink(sink)
 
+    def set_replica(self, replica: HistoryReplica | None, units: int | None = None) -> None:
+        """Let tasks that run out of materialized history go on over the raw archive
+        (replica2, :mod:`recall.replica2`); ``units``: raw units one quantum re-processes
+        at most. None turns it off (such a task then ends ``done`` with what it found)."""
+        self._pool.replica = replica
+        if units is not None:
+            if units < 1:
+                raise ValueError(f"replica units per quantum must be >= 1, got {units!r}")
+            self._pool.replica_units = units
+
+    @property
+    def replica(self) -> HistoryReplica | None:
+        return self._pool.replica
+
     def submit(self, event: Mapping[str, Any], operators: str | Iterable[str]) -> list[str]:
         """Make and schedule one recall task per named operator for ``event`` (the
         operator's ``task_for(event)`` builds its :class:`~recall.api.TaskSpec`);
@@ -206,12 +224,23 @@ class RecallManager:
         chunks = plan_chunks(self.store.chunk_ids(spec.query.streams), self.store.grid_for(spec.query.streams),
                              spec.event_ts, spec.bound)
         task = RecallTask(self._ids.next(), spec, desc, chunks, self.clock.now())
+        replica = self._pool.replica
+        if replica is not None and not spec.materialization:  # what replica2 may add (recall.replica2)
+            grid = self.store.grid_for(spec.query.streams)
+            task.history_before = start_of_search(spec, chunks, grid)
+            try:
+                task.history_remaining = replica.remaining(spec.query.streams, task.history_before, spec.bound)
+            except Exception:  # the task still reads what is materialized
+                log.exception("recall: raw history of %s unknown; task of %s reads materialized chunks only",
+                              spec.operator, spec.eid)
+            task.materialized_until = task.history_before if chunks else None
         task.state = desc.recall_operator.start(spec)
         st = self._state
         with st.cond:
             if st.closing:
                 raise ManagerClosed(f"the Recall Manager is closed; cannot submit event {spec.eid!r}")
-            if chunks:  # first, so a refused submission (bad tickets, say) leaves nothing behind
+            runnable = bool(chunks) or task.more_history
+            if runnable:  # first, so a refused submission (bad tickets, say) leaves nothing behind
                 self.scheduler.submit(
                     spec.eid,
                     tickets=spec.tickets,
@@ -229,7 +258,7 @@ class RecallManager:
             ev.tasks[task.task_id] = task
             ev.operators[spec.operator] = None
             st.tasks[task.task_id] = task
-            if chunks:
+            if runnable:
                 st.cond.notify_all()
                 return task.task_id
             task.status = TaskStatus.ENDING

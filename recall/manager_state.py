@@ -25,6 +25,7 @@ from typing import Any
 
 from recall.api import EndReason, Output, OutputKind
 from recall.outputs import Bus
+from recall.replica2 import HistoryListener, SearchProgress
 from recall.task import RecallTask, TaskStatus, TaskView
 from scheduler.abc import SchedulingPolicy
 from scheduler.clock import Clock
@@ -128,8 +129,13 @@ class TaskLifecycle:
         """Finish a task whose scheduler entry is already gone; called by exactly one
         thread per task (the worker, or the thread that took it from the scheduler)."""
         outputs: list[Output] = []
+        op = task.description.recall_operator
         try:
-            outputs = list(task.description.recall_operator.on_end(task.state, reason))
+            if reason is not EndReason.CANCELLED and task.history_remaining is not None \
+                    and isinstance(op, HistoryListener):  # how far replica2 searched (recall.replica2)
+                outputs = list(op.on_history(task.state, SearchProgress(
+                    task.searched_back_to, task.materialized_until, task.remaining, task.reprocessed)))
+            outputs += list(op.on_end(task.state, reason))
         except Exception as exc:
             msg = f"operator {task.spec.operator!r} failed in on_end({reason.value}): {type(exc).__name__}: {exc}"
             task.error = f"{task.error}; {msg}" if task.error else msg

@@ -24,6 +24,8 @@ from archive.abc import ChunkStore
 from recall.abc import ChunkFetcher
 from recall.api import EndReason, Interval, Output
 from recall.manager_state import ManagerState, TaskLifecycle
+from recall.replica2 import HistoryListener, HistoryReplica, ReplicaStep, SearchProgress
+from recall.replica2 import step as replica_step
 from recall.task import RecallTask, TaskStatus
 from scheduler.events import QuantumGranted, TaskSuspended
 
@@ -46,11 +48,14 @@ class Worker:
 class _Run:
     """What one quantum produced: the rows, the operator's outputs, or the error."""
 
-    chunk_id: int
+    chunk_id: int | None
     rows: Any = None
     outputs: list[Output] | None = None
     error: str | None = None
     stop: EndReason | None = None
+    replica: bool = False  # a replica2 quantum (recall.replica2): raw history re-processed
+    step: ReplicaStep | None = None
+    new_chunks: list[int] | None = None
 
     @property
     def n_rows(self) -> int:
@@ -73,6 +78,10 @@ class WorkerPool:
         self.max_concurrent = max_concurrent
         self.timeout_ms = timeout_ms
         self.workers = [Worker(f"moirae-recall-{i}") for i in range(max_concurrent)]
+        #: the engine's raw-history re-processing (replica2, :mod:`recall.replica2`), if any
+        self.replica: HistoryReplica | None = None
+        #: raw units one replica quantum re-processes at most (1, 2, 4, ... up to this)
+        self.replica_units = 16
 
     def start(self) -> None:
         for w in self.workers:
@@ -121,9 +130,12 @@ class WorkerPool:
         if task is None:
             return False
         t0 = self.state.clock.now()
-        run = self._query(w, task)
-        if run.stop is None and run.error is None:
-            self._apply(task, run)
+        if task.next_chunk is None:  # its chunks are read, raw history remains: replica2
+            run = self._replica(w, task)
+        else:
+            run = self._query(w, task)
+            if run.stop is None and run.error is None:
+                self._apply(task, run)
         elapsed = self.state.clock.now() - t0
         if run.stop is None and run.error is None:
             self.lifecycle.publisher.emit(task, run.outputs or [])
@@ -187,6 +199,37 @@ class WorkerPool:
             self._close_conn(w)
         return run
 
+    def _replica(self, w: Worker, task: RecallTask) -> _Run:
+        """A replica2 quantum of ``task`` (M 4.4: the task migrates onto the replica with its
+        tickets): re-process the raw history just older than what it has searched, a
+        growing number of units per quantum, and find the chunks that now hold its data.
+        Outside the lock; the task's bookkeeping changes in :meth:`_complete`."""
+        run = _Run(None, replica=True)
+        replica = self.replica
+        before = task.history_before
+        try:
+            if replica is None or before is None:
+                raise RuntimeError("no raw-history replica is configured")
+            units = min(self.replica_units, 2 ** min(task.replica_steps, 16))
+            run.step, run.new_chunks = replica_step(replica, self.store, task.spec, before, task.chunks, units)
+        except Exception as exc:
+            run.error = (f"re-processing raw history before {before} failed: {type(exc).__name__}: {exc}").strip()
+        with self.state.cond:
+            w.in_query = False
+            run.stop = task.stop
+        op = task.description.recall_operator
+        if run.error is None and run.stop is None and isinstance(op, HistoryListener):
+            start = task.history_before if run.step is None else run.step.start
+            back = min(t for t in (task.covered_start, start) if t is not None)
+            progress = SearchProgress(back, task.materialized_until, 0 if run.step is None else run.step.remaining
+                                      + len(task.chunks) - task.next_index + len(run.new_chunks or ()),
+                                      task.reprocessed + (run.step.reprocessed if run.step else 0))
+            try:
+                run.outputs = list(op.on_history(task.state, progress))
+            except Exception as exc:
+                run.error = f"operator {task.spec.operator!r} failed on its search progress: {type(exc).__name__}: {exc}"
+        return run
+
     def _apply(self, task: RecallTask, run: _Run) -> None:
         """Hand the chunk's rows to the task's operator (outside the lock)."""
         covered: Interval = task.covered(self.store.grid_for(task.spec.query.streams), run.chunk_id)
@@ -205,7 +248,16 @@ class WorkerPool:
             task.time_spent += elapsed
             w.task = None
             task.worker = None
-            if run.error is None and run.stop is None:
+            if run.error is None and run.stop is None and run.replica:
+                task.replica_steps += 1
+                if run.step is None:
+                    task.history_remaining = 0
+                else:
+                    task.chunks.extend(run.new_chunks or ())
+                    task.history_before = run.step.start
+                    task.history_remaining = run.step.remaining
+                    task.reprocessed += run.step.reprocessed
+            elif run.error is None and run.stop is None:
                 task.next_index += 1
                 task.rows += run.n_rows
                 if task.first_chunk_at is None:
@@ -218,7 +270,7 @@ class WorkerPool:
                 end = EndReason.FAILED
                 st.scheduler.complete(task.task_id, results=0, done=True)
             else:
-                done = task.next_chunk is None
+                done = task.next_chunk is None and not task.more_history
                 events = st.scheduler.complete(task.task_id, results=run.n_rows, done=done)
                 if done:
                     end = EndReason.DONE

@@ -67,7 +67,9 @@ def _default_time_column(sql: str, store: Any) -> str | None:
     """``alias.ts_col`` of the one stream ``sql`` reads, if the store can tell."""
     if store is None:
         return None
-    tables = list(parse_select(sql).find_all(exp.Table))
+    refs = getattr(store, "references", None)  # reference tables have no time column (archive.reference)
+    skip = refs.names() if refs is not None else set()
+    tables = [t for t in parse_select(sql).find_all(exp.Table) if t.name not in skip]
     if len({t.name for t in tables}) != 1:
         return None
     try:
@@ -202,6 +204,8 @@ class Recall:
             else:
                 value = event[p]
                 params[p] = [to_py(v) for v in value] if isinstance(value, list | tuple) else to_py(value)
+        if getattr(self.query, "references", ()):  # reference tables are read as of the event's time
+            params["__as_of"] = ts
         bound = ts - self.bound if self.bound is not None else None
         return TaskSpec(
             operator=self.name, eid=str(event[eid_attr]), event_ts=ts, query=self.query, params=params,

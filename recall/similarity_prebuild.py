@@ -55,6 +55,16 @@ class IndexPrebuilder:
                 simindex.listen_ready(self._on_ready)
                 self._listening = True
 
+    def remove(self, op: Any, timeout: float = 30.0) -> None:
+        """Stop building ``op``'s indexes (its operator was undeployed): its queued chunks
+        are dropped and a build of it under way is waited for."""
+        with self._cond:
+            if op not in self._ops:
+                return
+            self._ops.remove(op)
+            self._pending = {(key[0], self._ops.index(o)): o for key, o in self._pending.items() if o is not op}
+            self._cond.wait_for(lambda: not self._busy, timeout)
+
     def _on_ready(self, arch: Any, stream: str, chunk_ids: Sequence[int]) -> None:
         with self._cond:
             ops = [op for op in self._ops if op.store is arch and stream in op.source.streams]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -40,6 +41,7 @@ from archive.abc import ChunkStore, HistoryQuery
 from recall.api import EndReason, Interval, Output, OutputKind, TaskSpec
 from recall.errors import SimilarityRecallError
 from recall.operator import as_utc
+from recall.replica2 import SearchProgress
 from recall.similarity_incidents import IncidentTop, PastIncident, ResolutionLookup, resolution_of
 from recall.similarity_source import DEFAULT_CACHE_BYTES, ChunkSource
 from similarity import ContextStatistics, NumericSpec, QueryScorer, SimilarityConfig, TopK
@@ -69,6 +71,8 @@ class _State:
     incidents: IncidentTop | None = None
     chunks: int = 0
     status: dict | None = None  # the status row held (a partial one while the search pauses)
+    progress: SearchProgress | None = None  # how far replica2 has searched (recall.replica2)
+    progress_at: float | None = None  # monotonic time of the last progress row
 
 
 @dataclass(frozen=True)
@@ -336,8 +340,34 @@ class SimilarityRecall:
             out += self._status(state, {"status": "partial", "k": self.k, "found": len(state.rows),
                                         "best_score": float(best), "novel": self.novelty.is_novel(best),
                                         "novelty_threshold": self.novelty.threshold(),
-                                        "live_incident": state.incidents.live_incident, "chunks": state.chunks})
+                                        "live_incident": state.incidents.live_incident, "chunks": state.chunks,
+                                        **self._reach(state)})
         return out
+
+    def on_history(self, state: _State, progress: SearchProgress) -> list[Output]:
+        """How far the search has gone over the raw archive (replica2, :mod:`recall.replica2`):
+        kept for the final status; while history remains, a ``searching`` status row says
+        so, at most once a second."""
+        state.progress = progress
+        now = time.monotonic()
+        if progress.remaining_chunks == 0 or (state.progress_at is not None and now - state.progress_at < 1.0):
+            return []
+        state.progress_at = now
+        best = state.incidents.held[0].score if state.incidents is not None and state.incidents.held else 0.0
+        return self._status(state, {"status": "searching", "k": self.k, "found": len(state.rows),
+                                     "best_score": float(best), "chunks": state.chunks, **self._reach(state)})
+
+    def _reach(self, state: _State) -> dict[str, Any]:
+        """``searched_back_to``, ``remaining_chunks``, ``materialized_until``,
+        ``reprocessed_chunks`` (None where unknown) of a status row."""
+        p = state.progress
+        starts = [t for t in (state.covered.start if state.covered else None,
+                              p.searched_back_to if p else None) if t is not None]
+        return {"searched_back_to": min(starts).isoformat() if starts else None,
+                "remaining_chunks": None if p is None else p.remaining_chunks,
+                "materialized_until": None if p is None or p.materialized_until is None
+                else p.materialized_until.isoformat(),
+                "reprocessed_chunks": None if p is None else p.reprocessed}
 
     def _status(self, state: _State, row: dict) -> list[Output]:
         """Replace the held status row (DELETE the previous one, INSERT this one)."""
@@ -417,20 +447,36 @@ class SimilarityRecall:
         status = {"status": "no_history" if not state.rows and not searched else reason.value,
                   "k": self.k, "found": len(state.rows), "best_score": float(best), "novel": novel,
                   "novelty_threshold": self.novelty.threshold(), "live_incident": state.incidents.live_incident
-                  if state.incidents is not None else state.spec.eid}
-        raw_oldest = self._archive_oldest()
-        if reason is EndReason.DONE and raw_oldest is not None and (state.oldest_chunk is None
-                                                                    or state.oldest_chunk > raw_oldest):
+                  if state.incidents is not None else state.spec.eid, **self._reach(state)}
+        whole = self._whole_archive(state, status["searched_back_to"])
+        status["whole_archive"] = whole
+        if reason is EndReason.DONE and not whole:
             status["status"] = "exhausted"
-            status["materialized_until"] = None if state.covered is None else state.covered.start.isoformat()
-        if novel:
-            status["end"] = status["status"]
-            status["status"] = "novel"
+            status["materialized_until"] = status["materialized_until"] or (
+                None if state.covered is None else state.covered.start.isoformat())
+        if novel:  # NOVEL of the whole archive, or of the span searched (novel_span)
+            status["novel_span"] = [status["searched_back_to"], pd.Timestamp(state.spec.event_ts).isoformat()]
+            if whole:
+                status["end"] = status["status"]
+                status["status"] = "novel"
         return self._status(state, status)
 
-    def _archive_oldest(self) -> int | None:
-        raw = [c.chunk_id for c in self.store.chunks() if c.rows and not c.stream.startswith(("ev_", "cx_"))]
-        return min(raw) if raw else None
+    def _whole_archive(self, state: _State, searched_back_to: str | None) -> bool:
+        """Whether the search covered all the history it may read: its time bound, every
+        raw unit (replica2 says none remains), or back to the oldest raw chunk."""
+        if state.spec.bound is not None:
+            return True
+        if state.progress is not None:
+            return state.progress.remaining_chunks == 0
+        raw_oldest = self._archive_oldest()
+        if raw_oldest is None:
+            return True
+        return searched_back_to is not None and pd.Timestamp(searched_back_to) <= raw_oldest
+
+    def _archive_oldest(self) -> pd.Timestamp | None:
+        """The start of the oldest raw chunk holding rows (None: no raw history)."""
+        raw = [c.start for c in self.store.chunks() if c.rows and not c.stream.startswith(("ev_", "cx_"))]
+        return pd.Timestamp(min(raw)) if raw else None
 
     def _output(self, state: _State, kind: OutputKind, key: str, row: Mapping[str, Any]) -> Output:
         state.seq += 1

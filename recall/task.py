@@ -117,7 +117,8 @@ class RecallTask:
     __slots__ = (
         "task_id", "spec", "description", "state", "chunks", "next_index", "status", "submitted_at",
         "first_chunk_at", "first_result_at", "time_spent", "rows", "outputs", "error", "end_reason",
-        "ended_at", "covered_start", "covered_end", "worker", "stop", "max_seq", "__weakref__",
+        "ended_at", "covered_start", "covered_end", "worker", "stop", "max_seq", "history_before",
+        "history_remaining", "reprocessed", "replica_steps", "materialized_until", "__weakref__",
     )
 
     def __init__(self, task_id: str, spec: TaskSpec, description: TaskDescription, chunks: list[int],
@@ -143,6 +144,25 @@ class RecallTask:
         self.worker: Any = None  # the worker running its quantum, if any
         self.stop: EndReason | None = None  # set when cancelled / discarded from outside
         self.max_seq = -1
+        # replica2 (recall.replica2): where the raw-history search goes on from, how many raw
+        # units remain older than that (None: replica2 does not apply), units re-processed
+        self.history_before: datetime | None = None
+        self.history_remaining: int | None = None
+        self.reprocessed = 0
+        self.replica_steps = 0
+        self.materialized_until: datetime | None = None
+
+    @property
+    def searched_back_to(self) -> datetime | None:
+        """The oldest event time searched: the covered interval's start, or where the
+        raw-history search has reached when that is older (a unit without events)."""
+        marks = [t for t in (self.covered_start, self.history_before if self.replica_steps else None) if t]
+        return min(marks) if marks else None
+
+    @property
+    def more_history(self) -> bool:
+        """Whether replica2 has raw history left for the task once its chunks are read."""
+        return bool(self.history_remaining)
 
     @property
     def next_chunk(self) -> int | None:
@@ -151,7 +171,8 @@ class RecallTask:
 
     @property
     def remaining(self) -> int:
-        return len(self.chunks) - self.next_index
+        """Chunks left: planned ones not read yet, plus raw units replica2 has yet to search."""
+        return len(self.chunks) - self.next_index + (self.history_remaining or 0)
 
     def covered(self, grid: ChunkGrid, chunk_id: int) -> Interval:
         """Extend the covered interval with ``chunk_id`` (the chunk just processed) and
@@ -187,6 +208,10 @@ class RecallTask:
             covered=None if self.covered_start is None else Interval(self.covered_start, self.covered_end),
             error=self.error,
             ended_at=self.ended_at,
+            searched_back_to=self.searched_back_to,
+            remaining_chunks=self.remaining,
+            materialized_until=self.materialized_until,
+            reprocessed_chunks=self.reprocessed,
         )
 
 
@@ -216,6 +241,10 @@ class TaskView:
     covered: Interval | None
     error: str | None
     ended_at: float | None
+    searched_back_to: datetime | None = None
+    remaining_chunks: int = 0
+    materialized_until: datetime | None = None
+    reprocessed_chunks: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-friendly form for ``GET /api/scheduler/tasks``."""
@@ -238,6 +267,10 @@ class TaskView:
             "covered": None if self.covered is None else [self.covered.start.isoformat(),
                                                           self.covered.end.isoformat()],
             "error": self.error,
+            "searched_back_to": None if self.searched_back_to is None else self.searched_back_to.isoformat(),
+            "remaining_chunks": self.remaining_chunks,
+            "materialized_until": None if self.materialized_until is None else self.materialized_until.isoformat(),
+            "reprocessed_chunks": self.reprocessed_chunks,
         }
 
 

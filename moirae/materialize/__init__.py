@@ -2,7 +2,9 @@
 context-query functions run unchanged in Spark batch mode over archived chunks.
 
 - :mod:`~moirae.materialize.replica`: materializing units, ``rematerialize``, the replica operator.
-- :mod:`~moirae.materialize.unit_inputs`: what a unit was computed from, so unchanged units are skipped.
+- :mod:`~moirae.materialize.unit_inputs`: what a unit was computed from, so unchanged units are skipped;
+  which units are being materialized now (claims).
+- :mod:`~moirae.materialize.replica2`: raw history re-processed on demand for recall tasks (replica2).
 """
 
 from moirae.base.lazy import lazy_exports
@@ -12,6 +14,8 @@ _WHERE = {
     "materialize_range": "moirae.materialize.replica",
     "ReplicaOperator": "moirae.materialize.replica",
     "UnitLedger": "moirae.materialize.unit_inputs",
+    "UnitClaims": "moirae.materialize.unit_inputs",
+    "RawHistory": "moirae.materialize.replica2",
 }
 __all__ = sorted(_WHERE)
 __getattr__ = lazy_exports(__name__, _WHERE)

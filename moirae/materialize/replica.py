@@ -34,7 +34,7 @@ from archive.abc import ChunkGrid, Tier
 from archive.materialized import materialized_chunks, replace_materialization, tag_sources
 from archive.spark_sink import to_spark
 from moirae.ingest.sources import SourceRegistry
-from moirae.materialize.unit_inputs import UnitLedger, unit_inputs
+from moirae.materialize.unit_inputs import UnitClaims, UnitLedger, unit_inputs
 from moirae.queries.context import compute_context
 from moirae.queries.hybrid import ContextQuery, EventQuery, QueryDefinitionError, context_stream, event_stream
 from recall.api import EndReason, Interval, Output, TaskSpec
@@ -74,6 +74,7 @@ class Materializer:
         self.deployed = deployed
         self.units = units
         self.on_materialized = on_materialized
+        self.claims = UnitClaims()  # units being materialized now (replica1, replica2)
 
     def detect(self, query: EventQuery, start: datetime, end: datetime, overlap: timedelta) -> pd.DataFrame:
         """The events ``query`` detects over archived raw data, with ``start <= ts < end``."""
@@ -312,7 +313,9 @@ class ReplicaOperator:
             return []  # a sealed unit materialized before (e.g. by an earlier run)
         if growing and m.units.unchanged(self.event, uid, m.unit_inputs(self.event, [uid], grid)[uid]):
             return []  # materialized from the rows it holds now (moirae.materialize.unit_inputs)
-        m.materialize_chunk(self.event, uid)
+        with m.claims.holding(self.event, uid) as mine:
+            if mine:  # else a recall task's replica2 was materializing it: done meanwhile
+                m.materialize_chunk(self.event, uid)
         state.chunks.append(uid)
         return []
 

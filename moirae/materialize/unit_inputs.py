@@ -26,7 +26,8 @@ it are the live query's to write, and it writes them; see
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 
 from archive import Archiver
@@ -51,6 +52,50 @@ class UnitLedger:
         """Whether ``unit`` of ``name`` was materialized from exactly ``inputs``."""
         with self._lock:
             return self._inputs.get((name, unit)) == inputs
+
+
+class UnitClaims:
+    """Which ``(event-query, unit)`` is being materialized now, in this process: replica1
+    and replica2 (:mod:`moirae.materialize.replica2`) claim a unit before materializing
+    it, so two tasks never compute one unit at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy: dict[tuple[str, int], threading.Event] = {}
+        self.waits = 0  # times a task waited for another's unit instead of re-processing it
+
+    def try_claim(self, name: str, unit: int) -> bool:
+        with self._lock:
+            if (name, unit) in self._busy:
+                return False
+            self._busy[(name, unit)] = threading.Event()
+            return True
+
+    def release(self, name: str, unit: int) -> None:
+        with self._lock:
+            ev = self._busy.pop((name, unit), None)
+        if ev is not None:
+            ev.set()
+
+    def wait(self, name: str, unit: int, timeout: float | None = None) -> None:
+        """Until ``unit`` is no longer claimed."""
+        with self._lock:
+            ev = self._busy.get((name, unit))
+        if ev is not None:
+            self.waits += 1
+            ev.wait(timeout)
+
+    @contextmanager
+    def holding(self, name: str, unit: int, timeout: float | None = None) -> Iterator[bool]:
+        """Claim ``unit`` for the block (True), or wait for its holder and yield False."""
+        if not self.try_claim(name, unit):
+            self.wait(name, unit, timeout)
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self.release(name, unit)
 
 
 def unit_inputs(arch: Archiver, query: EventQuery, U: timedelta, contexts: Sequence[ContextQuery],  # noqa: N803
