@@ -5,16 +5,26 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 ARGS   ?=
 
 .PHONY: run test test-quick lint bench bench-quick check-java clean
 
+# the runtime only (make run): no test, lint or benchmark tools
+$(RUN_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "moirae needs Python 3.11+, found " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null
+	@$(PY) -m pip install -q -e .
+	@touch $(RUN_STAMP)
+
+# the runtime plus the dev and bench extras (make test, lint, bench)
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "moirae needs Python 3.11+, found " + sys.version.split()[0])'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
-	@$(PY) -m pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	@$(PY) -m pip install -q -e '.[dev,bench]'
+	@touch $(STAMP) $(RUN_STAMP)
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "moirae: Java 17+ is required by Spark, but no 'java' is on PATH (install a JDK 17, e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -22,7 +32,7 @@ check-java:
 	  [ "$$v" = "1" ] && v=8; \
 	  [ "$$v" -ge 17 ] 2>/dev/null || { echo "moirae: Java 17+ is required by Spark, found Java $$v"; exit 1; }
 
-run: $(STAMP) check-java
+run: $(RUN_STAMP) check-java
 	$(VENV)/bin/moirae run $(ARGS)
 
 test: $(STAMP) check-java

@@ -9,6 +9,9 @@ route, present and future:
   :func:`archive.validate.text_problem`. A NUL character or an unpaired surrogate is a
   422 naming where it was (``{"detail": [{"loc": ["query", "type"], "msg": ...,
   "type": "text"}]}``, FastAPI's validation-error shape), never a 500 from the database.
+- **Body size.** A request body larger than :data:`MAX_BODY` is refused with 413
+  before the app sees it (a declared ``Content-Length`` at once, a streamed body as soon
+  as it grows past the cap).
 - **Server errors.** An exception escaping a route is written with its traceback to the
   API's log file (:mod:`moirae.runtime.errorlog`) under an error id, and the client gets a 500
   ``{"detail": "...", "error_id": "..."}``. Nothing propagates to the server, which
@@ -26,7 +29,11 @@ from urllib.parse import parse_qsl
 from archive.validate import text_problem
 from moirae.runtime.errorlog import record_failure
 
-MAX_CHECKED_BODY = 1 << 20  # larger bodies are passed on unchecked (no route takes one)
+MAX_BODY = 1 << 20  # the largest request body any route takes (413 beyond)
+
+
+class TooLarge(Exception):
+    """A request body beyond :data:`MAX_BODY`."""
 
 
 def problems(value: Any, loc: tuple) -> list[dict[str, Any]]:
@@ -50,6 +57,10 @@ def problems(value: Any, loc: tuple) -> list[dict[str, Any]]:
     return out
 
 
+#: bodies decoded by their route, not text (Prometheus remote write's snappy protobuf)
+BINARY_TYPES = ("application/x-protobuf", "application/octet-stream")
+
+
 def request_problems(scope: dict, body: bytes | None) -> list[dict[str, Any]]:
     """The text problems of one request: path, query string, body."""
     out = problems(scope.get("path", ""), ("path",))
@@ -67,7 +78,7 @@ def request_problems(scope: dict, body: bytes | None) -> list[dict[str, Any]]:
         elif "x-www-form-urlencoded" in ctype:
             for name, value in parse_qsl(body.decode("latin-1"), keep_blank_values=True):
                 out += problems(value, ("body", name))
-        elif b"\x00" in body:
+        elif b"\x00" in body and not any(b in ctype for b in BINARY_TYPES):
             out.append({"loc": ["body"], "msg": "the body contains a NUL byte, which PostgreSQL text cannot hold",
                         "type": "text"})
     return out
@@ -131,7 +142,11 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        body, receive = await self._buffer(scope, receive)
+        try:
+            body, receive = await self._buffer(scope, receive)
+        except TooLarge:
+            await _send_json(send, 413, {"detail": f"the request body is larger than {MAX_BODY:,} bytes"})
+            return
         found = request_problems(scope, body)
         if found:
             await _send_json(send, 422, {"detail": found})
@@ -159,14 +174,17 @@ class Guard:
         if scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
             return None, receive
         length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_CHECKED_BODY:
-            return None, receive
-        chunks, more = [], True
+        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+            raise TooLarge
+        chunks, more, size = [], True, 0
         while more:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
                 return None, receive
             chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > MAX_BODY:
+                raise TooLarge
             more = message.get("more_body", False)
         body = b"".join(chunks)
         sent = False

@@ -3,7 +3,9 @@
 ``serve(engine)`` binds the socket itself (so a taken port or a refused address is an
 :class:`~moirae.api.auth.ApiError` at once, and port 0 picks a free port), starts
 uvicorn on it in a daemon thread and returns once it accepts connections;
-``server.stop()`` shuts it down, closing open SSE streams.
+``server.stop()`` shuts it down, closing open SSE streams. With ``tls_cert`` and
+``tls_key`` (``api.tls_cert``/``api.tls_key``, ``moirae run --tls-cert/--tls-key``) it
+serves HTTPS only.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from pathlib import Path
 
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
@@ -23,7 +26,14 @@ from moirae.runtime.errorlog import file_logger
 class ApiServer:
     """A running uvicorn server over an app; ``url``, ``port``, ``stop()``."""
 
-    def __init__(self, app, host: str, port: int, log_level: str = "warning") -> None:
+    def __init__(self, app, host: str, port: int, log_level: str = "warning", tls_cert: str | None = None,
+                 tls_key: str | None = None) -> None:
+        if bool(tls_cert) != bool(tls_key):
+            raise ApiError("TLS needs both a certificate and its key (api.tls_cert and api.tls_key)")
+        for what, path in (("certificate", tls_cert), ("key", tls_key)):
+            if path and not Path(path).is_file():
+                raise ApiError(f"the TLS {what} {path!r} is not a readable file")
+        self.tls = bool(tls_cert)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -41,7 +51,8 @@ class ApiServer:
         if log is not None:
             file_logger("uvicorn", log).setLevel(log_level.upper())
         config = uvicorn.Config(app, log_level=log_level, lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=2, log_config=None if log is not None else LOGGING_CONFIG)
+                                timeout_graceful_shutdown=2, log_config=None if log is not None else LOGGING_CONFIG,
+                                ssl_certfile=tls_cert or None, ssl_keyfile=tls_key or None)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
                                         name="moirae-api", daemon=True)
@@ -49,7 +60,7 @@ class ApiServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> ApiServer:
         self._thread.start()
@@ -82,9 +93,10 @@ class ApiServer:
 
 
 def serve(engine, host: str | None = None, port: int | None = None, token: str | None = None,
-          keepalive: float = 5.0) -> ApiServer:
+          keepalive: float = 5.0, tls_cert: str | None = None, tls_key: str | None = None) -> ApiServer:
     """Serve the API and console over ``engine`` on ``host:port`` (default: the
-    engine's ``api`` settings; port 0 picks a free one) in a background thread.
+    engine's ``api`` settings; port 0 picks a free one) in a background thread, over
+    HTTPS with ``tls_cert``/``tls_key`` (default: ``api.tls_cert``/``api.tls_key``).
     Refuses a non-loopback host without a token."""
     from moirae.api.app import create_app
 
@@ -92,5 +104,8 @@ def serve(engine, host: str | None = None, port: int | None = None, token: str |
     host = cfg.host if host is None else host
     port = cfg.port if port is None else port
     token = cfg.token if token is None else token
+    tls_cert = (getattr(cfg, "tls_cert", "") or None) if tls_cert is None else tls_cert
+    tls_key = (getattr(cfg, "tls_key", "") or None) if tls_key is None else tls_key
     check_bind(host, token)
-    return ApiServer(create_app(engine, token=token, host=host, keepalive=keepalive), host, port).start()
+    app = create_app(engine, token=token, host=host, keepalive=keepalive, tls=bool(tls_cert))
+    return ApiServer(app, host, port, tls_cert=tls_cert, tls_key=tls_key).start()

@@ -7,7 +7,11 @@ its traceback under an *error id*; the user sees one line naming the id and the 
 
 Log files live in ``<data_dir>/logs`` (``MOIRAE_LOG_DIR`` overrides it). A log file that
 cannot be written (a full disk) is said once, in one line on stderr, not with a
-traceback per record (:class:`QuietFileHandler`); writing resumes when it can.
+traceback per record (:class:`QuietFileHandler`); writing resumes when it can. Log files
+rotate at :data:`MAX_LOG_BYTES` (``MOIRAE_LOG_MAX_BYTES``), keeping :data:`LOG_BACKUPS`
+old ones; the directory is created ``0700`` and its files ``0600``. Every record is
+redacted (:mod:`moirae.base.redact`): a DSN's password or a token in a message or a
+traceback never reaches a file or the terminal.
 
 >>> len(new_error_id()), new_error_id() != new_error_id()
 (12, True)
@@ -16,13 +20,19 @@ traceback per record (:class:`QuietFileHandler`); writing resumes when it can.
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import os
 import sys
 import threading
 import uuid
 from pathlib import Path
 
+from moirae.base.redact import redact
+
 ENV_LOG_DIR = "MOIRAE_LOG_DIR"
+ENV_LOG_MAX_BYTES = "MOIRAE_LOG_MAX_BYTES"
+MAX_LOG_BYTES = 10 << 20
+LOG_BACKUPS = 5
 _lock = threading.Lock()
 
 
@@ -32,21 +42,44 @@ def log_dir(data_dir: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get(ENV_LOG_DIR)
     path = Path(env) if env else Path(data_dir if data_dir is not None else ".moirae") / "logs"
     path = path.resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path)
     return path
 
 
-class QuietFileHandler(logging.FileHandler):
-    """A ``FileHandler`` (opened on the first record) whose write failures (OSError: a
-    full disk, a removed directory) are reported once, in one line on stderr, instead
-    of a traceback per record; the file is reopened with the next record, so logging
-    resumes by itself once the file can be written again."""
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """``path``, created ``0700`` (only its owner may enter) when it does not exist yet; an
+    existing directory keeps its mode (it may be shared on purpose)."""
+    path = Path(path)
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+class Redacting(logging.Formatter):
+    """A formatter whose output (message and traceback) is redacted (:mod:`moirae.base.redact`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class QuietFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating file handler (opened on the first record; rotated at
+    ``MOIRAE_LOG_MAX_BYTES``, :data:`LOG_BACKUPS` old files kept; created ``0600``) whose
+    write failures (OSError: a full disk, a removed directory) are reported once, in one
+    line on stderr, instead of a traceback per record; the file is reopened with the next
+    record, so logging resumes by itself once the file can be written again."""
 
     def __init__(self, filename, encoding: str | None = "utf-8") -> None:
-        super().__init__(filename, encoding=encoding, delay=True)
+        max_bytes = int(os.environ.get(ENV_LOG_MAX_BYTES, MAX_LOG_BYTES))
+        super().__init__(filename, encoding=encoding, delay=True, maxBytes=max_bytes, backupCount=LOG_BACKUPS)
         self.failing = False
         self.lost = 0
         self._failed_now = False
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
     def emit(self, record: logging.LogRecord) -> None:
         self._failed_now = False
@@ -93,9 +126,9 @@ def file_logger(name: str, path: Path) -> logging.Logger:
             logger.removeHandler(h)
             h.close()
         else:
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            private_dir(Path(target).parent)
             handler = QuietFileHandler(target)
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            handler.setFormatter(Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
             logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
@@ -126,7 +159,7 @@ class OneLine(logging.Formatter):
         if exc is not None:
             first = str(exc).splitlines()[0] if str(exc) else ""
             msg += f" ({type(exc).__name__}: {first}; details in {self.where})"
-        return f"moirae: {record.levelname.lower()}: {record.name}: {msg}"
+        return redact(f"moirae: {record.levelname.lower()}: {record.name}: {msg}")
 
 
 def route_logging(path: Path, stream=None) -> None:
@@ -140,9 +173,9 @@ def route_logging(path: Path, stream=None) -> None:
         if getattr(h, "_moirae", False):
             root.removeHandler(h)
             h.close()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    private_dir(Path(path).parent)
     to_file = QuietFileHandler(path)
-    to_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    to_file.setFormatter(Redacting("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     to_file.setLevel(logging.INFO)
     to_term = logging.StreamHandler(stream if stream is not None else sys.stderr)
     to_term.setFormatter(OneLine(str(path)))

@@ -13,6 +13,11 @@ class EngineError(RuntimeFailure):
     """An engine operation that cannot be done in the engine's current state."""
 
 
+class CheckpointMismatch(EngineError):
+    """The checkpoint of a stream is missing or is not the one its batch log was written
+    with (:mod:`moirae.runtime.checkpoint_identity`)."""
+
+
 class JavaMissing(RuntimeFailure):
     """No Java 17+ runtime on this machine."""
 
@@ -21,4 +26,4 @@ class ClusterStartError(RuntimeFailure):
     """The standalone master or a worker did not come up."""
 
 
-__all__ = ["ClusterStartError", "EngineError", "JavaMissing", "RuntimeFailure"]
+__all__ = ["CheckpointMismatch", "ClusterStartError", "EngineError", "JavaMissing", "RuntimeFailure"]

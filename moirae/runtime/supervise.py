@@ -180,6 +180,13 @@ class Supervisor:
             log.warning("the data directory %s has room again (%d bytes free): live query %s resumed from its "
                         "checkpoint after %.1f s", self.data_dir, free, name, paused_s)
 
+    def forget(self, names) -> None:
+        """Forget the paused and failed queries ``names`` (retired with their monitor)."""
+        with self._lock:
+            for name in names:
+                self.paused.pop(name, None)
+                self.failures.pop(name, None)
+
     def reset(self) -> None:
         """Forget paused and failed queries (the engine stopped them); keep the history."""
         with self._lock:

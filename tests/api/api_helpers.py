@@ -41,3 +41,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def client(app, token: bool = True, **kwargs):
+    """A TestClient of ``app`` as a local caller would be: Host 127.0.0.1 and (``token``)
+    the app's bearer token (``api.token`` or the engine's local token)."""
+    from fastapi.testclient import TestClient
+
+    headers = {"Authorization": f"Bearer {app.state.access.token}"} if token else {}
+    return TestClient(app, base_url="http://127.0.0.1", headers=headers, **kwargs)

@@ -47,7 +47,8 @@ def run_cli(capsys, monkeypatch):
 
 def _config(tmp_path, port, token=""):
     f = tmp_path / "api.yaml"
-    f.write_text(f"api:\n  host: 127.0.0.1\n  port: {port}\n  token: '{token}'\n")
+    # the engine's data_dir (engine_factory's tmp_path / "data"): the CLI finds its local API token there
+    f.write_text(f"data_dir: {tmp_path / 'data'}\napi:\n  host: 127.0.0.1\n  port: {port}\n  token: '{token}'\n")
     return str(f)
 
 

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from moirae.api import ReadOnlyEngine, create_app
 from moirae.read.readonly import DbTail
 from recall.api import Output, OutputKind
 from tests.api.api_helpers import add_event, suspended, wait_for
+from tests.api.api_helpers import client as api_client
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.postgres
 
 
 def test_the_page_is_served_and_uses_the_api(engine):
-    page = TestClient(create_app(engine)).get("/")
+    page = api_client(create_app(engine)).get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     for needle in ("new EventSource('/api/stream')", "/api/events/", "'cancel'", "'accelerate'", "Similar past incidents", "/api/incidents"):
         assert needle in page.text
@@ -37,7 +37,7 @@ def test_read_only_view_over_the_database(engine):
     engine.deploy.results.flush()
     ro = ReadOnlyEngine(engine.settings, poll=None)
     try:
-        client = TestClient(create_app(ro))
+        client = api_client(create_app(ro))
         assert [e["eid"] for e in client.get("/api/events").json()["events"]] == ["ev1"]
         d = client.get("/api/events/ev1").json()
         assert d["engine_running"] is False and d["progress"] == []
@@ -93,7 +93,9 @@ def test_console_command_serves_the_api_read_only(engine, tmp_path):
         assert m, (line, proc.stderr.read() if proc.poll() is not None else "")
         with httpx.Client(base_url=m.group(1), timeout=10) as client:
             assert [e["eid"] for e in client.get("/api/events").json()["events"]] == ["ev1"]
-            assert client.post("/api/events/ev1/cancel").status_code == 409
+            assert client.post("/api/events/ev1/cancel").status_code == 401  # mutations need the token
+            local = {"Authorization": f"Bearer {(Path(s.data_dir) / 'api.token').read_text().strip()}"}
+            assert client.post("/api/events/ev1/cancel", headers=local).status_code == 409
             assert "EventSource" in client.get("/").text
     finally:
         proc.terminate()

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from moirae.api import create_app, serve
 from tests.api.api_helpers import add_event
+from tests.api.api_helpers import client as api_client
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def client(engine):
-    return TestClient(create_app(engine), raise_server_exceptions=False)
+    return api_client(create_app(engine), raise_server_exceptions=False)
 
 
 @pytest.mark.parametrize("nul", ["%00", "a%00b"])

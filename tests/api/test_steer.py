@@ -7,12 +7,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moirae.api import create_app
 from tests.api.api_helpers import add_event, suspended, wait_for
+from tests.api.api_helpers import client as api_client
 
 pytestmark = pytest.mark.postgres
 _ids = itertools.count()
@@ -20,7 +20,7 @@ _ids = itertools.count()
 
 @pytest.fixture
 def client(engine):
-    return TestClient(create_app(engine))
+    return api_client(create_app(engine))
 
 
 def _open(engine, *eids):

@@ -54,10 +54,11 @@ def where_thrown(lines: list[str], frames: int = 12) -> str:
 
 
 class Live:
-    """The engine child: its API ``url`` and the database it writes (``db``)."""
+    """The engine child: its API ``url``, the database it writes (``db``) and the API
+    token a caller other than the console needs (the engine's local token)."""
 
-    def __init__(self, url: str, db) -> None:
-        self.url, self.db = url, db
+    def __init__(self, url: str, db, token: str | None = None) -> None:
+        self.url, self.db, self.token = url, db, token
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +90,8 @@ def live(tmp_path_factory):
                 pytest.fail("the engine did not start:\n" + "".join(lines) + "\n".join(tail) + where_thrown(text))
             lines.append(line)
         line = lines[-1]
-        yield Live(line.split()[1], db)
+        token_file = tmp / "data" / "api.token"  # moirae.api.access.local_token
+        yield Live(line.split()[1], db, token_file.read_text().strip() if token_file.exists() else None)
     finally:
         if proc.poll() is None:
             proc.stdin.close()

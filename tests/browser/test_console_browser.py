@@ -199,7 +199,8 @@ def test_a_bad_tickets_value_is_an_error_in_words(live, browser):
     assert "{" not in text(browser, "#fb") and "422" not in text(browser, "#fb"), "no raw JSON"
     shot(browser, "08-bad-tickets")
     # the server says it in words too, and the page shows its words
-    r = httpx.post(server.url + "/api/incidents/nope/resolve", json={"note": ""})
+    r = httpx.post(server.url + "/api/incidents/nope/resolve", json={"note": ""},
+                   headers={"Authorization": f"Bearer {server.token}"})
     assert r.status_code in (404, 422)
     click_all(browser, "#fb button")  # dismissed
     assert not count(browser, "#fb .fb")

@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from fastapi.testclient import TestClient
 
 from archive.streams import StreamSpec
 from moirae.api import create_app
 from moirae.ingest.events import EventRecord
 from moirae.read.status_view import render_status
 from recall.operator import Recall
+from tests.api.api_helpers import client as api_client
 from tests.engine_factory import make_engine
 from tests.faults.fault_helpers import measuring
 
@@ -109,7 +109,7 @@ def _restart_mid_stream(engine, private_pg, private_db, writer, appended, errors
     # reported: archive status (text and JSON) and the API
     status = engine.archiver.status()
     outages = status["database"]["outages"]
-    api = TestClient(create_app(engine)).get("/api/status").json()
+    api = api_client(create_app(engine)).get("/api/status").json()
     api_outages = api["archive"]["database"]["outages"]
     figures.update(rows=int(total), rows_expected=BATCHES * ROWS, lost=BATCHES * ROWS - int(distinct),
                    duplicated=int(total - distinct), batches=int(batches), events=int(events),
