@@ -136,6 +136,33 @@ class Status(_Open):
     archive: dict[str, Any]
 
 
+class Session(BaseModel):
+    """``POST /api/session``: the CSRF token of the session whose cookie came with it."""
+
+    csrf: str
+
+
+class AuditRecord(BaseModel):
+    id: int
+    at: str
+    actor: str
+    action: str
+    target: str | None = None
+    detail: dict[str, Any] | None = None
+
+
+class AuditLog(BaseModel):
+    """``GET /api/audit``: who changed what, newest first (:mod:`moirae.api.audit`)."""
+
+    records: list[AuditRecord]
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for these error statuses, all :class:`Problem`."""
     return {s: {"model": Problem} for s in statuses}
+
+
+class Received(BaseModel):
+    """What a receiver stored of one posted batch (``POST /api/receive/alertmanager/{name}``)."""
+
+    stored: int = Field(description="alerts of the body written to the receiver's inbox")

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from moirae.read import views
+from moirae.runtime.metrics import SSE_CLIENTS
 
 
 def _eid(item: Any) -> str | None:
@@ -45,6 +46,7 @@ def subscribe(bus, maxsize: int = 1000, eid: str | None = None):
 
 async def stream(sub, request, keepalive: float = 5.0, poll: float = 0.5) -> AsyncIterator[str]:
     """Yield SSE text for every item of ``sub`` (from :func:`subscribe`); closes it at the end."""
+    SSE_CLIENTS.inc()
     try:
         yield "retry: 3000\n: connected\n\n"
         last = time.monotonic()
@@ -59,4 +61,5 @@ async def stream(sub, request, keepalive: float = 5.0, poll: float = 0.5) -> Asy
             if await request.is_disconnected():
                 break
     finally:
+        SSE_CLIENTS.dec()
         sub.close()

@@ -1,0 +1,84 @@
+"""A receiver's inbox: a folder of Parquet files that Spark's file source streams.
+
+HTTP receivers (Prometheus remote write, :mod:`moirae.sources.prometheus`; Alertmanager
+webhooks, :mod:`moirae.sources.alerts_in`) turn each request into one Parquet file, written
+under a hidden name, flushed to disk and renamed into place, before they answer. Spark's
+file source (``spark.readStream.parquet``) lists the folder; its checkpoint records which
+files each micro-batch read, so a restarted query reads every file once and the
+archive's batch log keeps a replayed batch from being written twice (docs/ARCHITECTURE.md,
+3.1). A sender whose request failed retries it (Prometheus does), so nothing answered
+with success is lost; a request retried after a success that did not reach the sender
+is archived twice.
+
+The folder of ``(kind, name)`` is ``<data_dir>/inbox/<kind>/<name>``; a receiver accepts
+only names whose folder a source created (:func:`Inbox.open`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+
+from moirae.sources.errors import SourceError
+
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class InboxError(SourceError, LookupError):
+    """A bad receiver name, or no source listening under that name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def inbox_dir(data_dir: str | os.PathLike, kind: str, name: str) -> Path:
+    if not NAME.fullmatch(name or ""):
+        raise InboxError(f"receiver name must be 1-64 letters, digits, '_' or '-', got {name!r}")
+    return Path(data_dir).resolve() / "inbox" / kind / name
+
+
+class Inbox:
+    """The folder of one receiver."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, data_dir, kind: str, name: str) -> Inbox:
+        """The inbox of a source, created if new (private to the engine's user)."""
+        path = inbox_dir(data_dir, kind, name)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return cls(path)
+
+    @classmethod
+    def open(cls, data_dir, kind: str, name: str) -> Inbox:
+        """The inbox a source created; :class:`InboxError` when no source did."""
+        path = inbox_dir(data_dir, kind, name)
+        if not path.is_dir():
+            raise InboxError(f"no {kind} source named {name!r} is registered on this engine")
+        return cls(path)
+
+    def write(self, table) -> Path | None:
+        """Write ``table`` (pyarrow) as one new file, durably; None when it has no rows."""
+        import pyarrow.parquet as pq
+
+        if table.num_rows == 0:
+            return None
+        stem = f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+        tmp = self.path / f".{stem}.tmp"
+        pq.write_table(table, tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        final = self.path / stem
+        os.replace(tmp, final)
+        return final
+
+    def stream(self, spark, schema):
+        """The streaming DataFrame over this inbox (files in name order, i.e. arrival)."""
+        return spark.readStream.schema(schema).option("latestFirst", "false").parquet(str(self.path))
