@@ -27,6 +27,8 @@ from moirae.base.durations import parse_duration
 from moirae.base.errors import MoiraeError
 
 DEFAULTS = Path(__file__).resolve().parent.parent / "config" / "moirae.yaml"
+if not DEFAULTS.is_file():  # installed (pip install .): the copy packaged with moirae (moirae/defaults)
+    DEFAULTS = Path(__file__).resolve().parent / "defaults" / "moirae.yaml"
 
 
 class ConfigError(MoiraeError, ValueError):
@@ -56,6 +58,11 @@ def _identifier(v, key):
 def _port(v, key):
     if not 0 <= v < 65536:
         raise ValueError("must be a port number 0-65535")
+
+
+def _host_names(v, key):
+    if not isinstance(v, list | tuple) or not all(isinstance(h, str) and h and " " not in h for h in v):
+        raise ValueError("must be a list of host names")
 
 
 def _one_of(*choices):
@@ -165,6 +172,9 @@ class ApiConfig:
     host: str = "127.0.0.1"
     port: int = field(default=8642, metadata=_check(_port))
     token: str = ""
+    tls_cert: str = ""  # PEM certificate (chain): serve HTTPS (moirae.api.server)
+    tls_key: str = ""
+    allowed_hosts: tuple[str, ...] = field(default=(), metadata=_check(_host_names))  # moirae.api.access
 
     @property
     def loopback(self) -> bool:

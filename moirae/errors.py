@@ -36,6 +36,7 @@ from archive.errors import (
     HistoryQueryTimeout,
     MaterializationError,
     MissingParameter,
+    ReferenceTableError,
     SchemaConflict,
     SchemaVersionError,
     UnknownStream,
@@ -45,9 +46,11 @@ from archive.errors import (
 from moirae.base.durations import DurationError
 from moirae.base.errors import MoiraeError
 from moirae.base.lazy import lazy_exports
+from moirae.delivery.errors import DeliveryConfigError, DeliveryError, DeliveryFailed
 from moirae.incidents.errors import IncidentError, NoSuchIncident
 from moirae.queries.errors import QueryDefinitionError
-from moirae.runtime.errors import ClusterStartError, EngineError, JavaMissing, RuntimeFailure
+from moirae.rules.errors import RuleError
+from moirae.runtime.errors import CheckpointMismatch, ClusterStartError, EngineError, JavaMissing, RuntimeFailure
 from moirae.sources.errors import (
     InvalidDelayRange,
     InvalidFraction,
@@ -57,6 +60,7 @@ from moirae.sources.errors import (
     ScenarioConfigError,
     SourceError,
     SourceFileNotFound,
+    UnknownSourceKind,
     UnparseableRows,
     UnsupportedFormat,
 )
@@ -103,24 +107,37 @@ _LAZY = {
     "NoSuchEvent": "moirae.api.errors",
     "ReplayFlagError": "moirae.cli.errors",
     "ReplayMismatch": "moirae.cli.errors",
+    "NoMonitorFile": "moirae.cli.errors",
+    "MonitorError": "moirae.deploy.lifecycle",
+    "UnknownMonitor": "moirae.deploy.lifecycle",
+    "QueryRetired": "moirae.ingest.live",
     "EngineNotRunning": "moirae.read.errors",
+    "MonitorFileError": "moirae.monitors.errors",
+    "MonitorUnavailable": "moirae.monitors.errors",
+    "UnsupportedSql": "moirae.monitors.errors",
+    "NatsSourceError": "moirae.sources.nats",
+    "MqttSourceError": "moirae.sources.mqtt",
+    "RemoteWriteError": "moirae.sources.prometheus",
+    "AlertPayloadError": "moirae.sources.alerts_in",
+    "InboxError": "moirae.sources.inbox",
 }
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "AnankeError", "ArchiveError", "BadDuration", "BadName", "BadPrefix", "BadTemplate",
-    "BatchTooWide", "ChunkNotFound", "ClusterStartError", "CorruptIndex", "DatabaseUnavailable",
+    "BatchTooWide", "CheckpointMismatch", "ChunkNotFound", "DeliveryConfigError", "DeliveryError", "DeliveryFailed", "ClusterStartError", "CorruptIndex", "DatabaseUnavailable",
     "DuplicateOperator", "DuplicateTask", "DurationError", "EngineError", "GraphError",
     "HistoryQueryCancelled", "HistoryQueryFailed", "HistoryQueryTimeout", "IncidentError",
     "InvalidDelayRange", "InvalidFraction", "InvalidReplayOption", "InvalidSchedulerConfig",
     "InvalidSimilarityConfig", "InvalidTaskSpec", "InvalidTickets", "JavaMissing", "ManagerClosed",
     "MaterializationError", "MissingColumn", "MissingParameter", "MoiraeError", "NoSuchIncident",
     "NonNumericValue", "NonTemporalColumn", "NotLearned", "ProvenanceError",
-    "QueryDefinitionError", "RecallError", "RecallManagerError", "RevisionError", "RuntimeFailure",
+    "QueryDefinitionError", "RecallError", "RecallManagerError", "ReferenceTableError", "RevisionError",
+    "RuleError", "RuntimeFailure",
     "ScenarioConfigError", "SchedulerError", "SchemaConflict", "SchemaVersionError",
     "SimilarityError", "SimilarityRecallError", "SnapshotError", "SnapshotVersionError",
     "SourceError", "SourceFileNotFound", "TaskNotRunning", "UnknownEvent", "UnknownEventAttribute",
-    "UnknownOperator", "UnknownSink", "UnknownSinkName", "UnknownStream", "UnknownTask",
+    "UnknownOperator", "UnknownSink", "UnknownSinkName", "UnknownSourceKind", "UnknownStream", "UnknownTask",
     "UnparseableRows", "UnsafeQuery", "UnsupportedAggregate", "UnsupportedFormat",
     "UnsupportedType",
     *_LAZY,

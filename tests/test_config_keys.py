@@ -52,7 +52,8 @@ def _token(e):
 
     from moirae.api import create_app
 
-    return TestClient(create_app(e)).post("/api/events/none/cancel").status_code  # 401 with a token, else 404
+    client = TestClient(create_app(e), base_url="http://127.0.0.1")  # 404 with this token, else 401
+    return client.post("/api/events/none/cancel", headers={"Authorization": "Bearer s3cret"}).status_code
 
 
 EFFECTS: dict[str, Effect] = {
@@ -122,6 +123,9 @@ EFFECTS: dict[str, Effect] = {
                        lambda e: _served(e)[0]),
     "api.port": Effect("tests/test_config_keys.py::test_probe", "FREE", lambda e: _served(e)[1]),
     "api.token": Effect("tests/api/test_auth.py::test_mutations_need_the_bearer_token", "s3cret", _token),
+    "api.tls_cert": Effect("tests/api/test_access.py::test_tls_serves_https_only"),
+    "api.tls_key": Effect("tests/api/test_access.py::test_tls_serves_https_only"),
+    "api.allowed_hosts": Effect("tests/api/test_access.py::test_dns_rebinding_is_refused_unless_allowed_hosts_names_it"),
 }
 
 

@@ -26,9 +26,10 @@ PACKAGES = ("scheduler", "similarity", "archive", "ananke", "recall", "moirae")
 WITH_EXAMPLES = frozenset("""
 ananke.ank1 ananke.digest ananke.graph ananke.ids ananke.items ananke.spark_adapter ananke.store
 archive.abc archive.chunk_copy archive.chunks archive.contributors archive.copy archive.exec_sink archive.exec_stream archive.exec_udf archive.history archive.history_plan archive.index_claims archive.names archive.pg archive.schema archive.shared archive.types archive.validate
-moirae.base.durations moirae.base.errors moirae.base.lazy moirae.errors moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.config moirae.queries.context_sql moirae.runtime.errorlog moirae.ingest.event_worker moirae.runtime.idle moirae.incidents.store
+moirae.base.durations moirae.base.errors moirae.base.lazy moirae.base.redact moirae.errors moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.api.access moirae.api.limits moirae.config moirae.queries.context_sql moirae.monitors moirae.monitors.errors moirae.monitors.marked moirae.monitors.sqlquery moirae.sources.kinds moirae.runtime.errorlog moirae.ingest.event_worker moirae.runtime.idle moirae.incidents.store
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
-moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.runtime.supervise moirae.runtime.python_launcher moirae.incidents.resolution_cache moirae.read.views moirae.runtime.worker_daemon
+moirae.sources.payloads moirae.delivery.errors moirae.delivery.payloads moirae.delivery.signing moirae.delivery.targets moirae.deploy.lifecycle
+moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.runtime.supervise moirae.runtime.python_launcher moirae.incidents.resolution_cache moirae.incidents.rules moirae.read.views moirae.runtime.worker_daemon
 recall.aggregate recall.aggregate_expr recall.operator recall.outputs recall.revision_ops
 recall.similarity_incidents recall.specs recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.fifo scheduler.model
@@ -36,6 +37,7 @@ scheduler.scheduler scheduler.stride scheduler.tickets
 similarity similarity.config similarity.explain similarity.idf similarity.incidents similarity.learned similarity.novelty similarity.scorer similarity.search
 similarity.index_cache similarity.index_codec similarity.stats similarity.synopsis similarity.terms similarity.topk
 similarity.vocabulary
+archive.reference moirae.rules.book moirae.rules.norm
 """.split())
 
 

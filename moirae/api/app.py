@@ -10,14 +10,24 @@ Routes (all JSON unless noted):
   body ``{"tickets": N}``): steering (M 4.4); the answer says what changed.
 - ``POST /api/events/cancel`` with body ``{"eids": [...]}``: cancel many events at once
   (a cancel storm: one pass, one commit); the answer counts the tasks per event.
+- ``GET /api/monitors``, ``POST /api/monitors`` (a monitor file's text),
+  ``DELETE /api/monitors/{name}``: monitors on the running engine (:mod:`moirae.api.monitors_api`).
 - ``GET /api/archive/chunks?stream=``: the chunk catalog.
 - ``GET /api/scheduler/tasks``: the Recall Manager's tasks.
 - ``GET /api/stream?eid=``: server-sent events (:mod:`moirae.api.sse`).
 - ``GET /``: the console page (:mod:`moirae.api.console_page`).
 
+- ``POST /api/session`` (token): a console session cookie and its CSRF token.
+- ``GET /api/audit?limit=``: who changed what (:mod:`moirae.api.audit`).
+
+Access (:mod:`moirae.api.access`): Host and Origin are checked on every request, a
+mutating call needs the token or a same-origin console session with its CSRF token
+(on loopback too), off loopback reads need them as well; mutations are rate limited
+(429) and audited; request bodies are capped (413, :mod:`moirae.api.guard`).
+
 Errors: an unknown eid is 404, a bad parameter or body 422 with the reason (text
 PostgreSQL cannot hold, such as a NUL, included: :mod:`moirae.api.guard`), a mutating
-call without the configured token 401, steering without an engine in this process 409,
+call without the token or session 401, steering without an engine in this process 409,
 and a failure of the server 500 with an ``error_id`` naming the traceback in
 ``<data_dir>/logs/api.log`` (never printed on the terminal). Every answer has a response
 model (:mod:`moirae.api.models`); the OpenAPI schema is served at ``/openapi.json``
@@ -30,16 +40,19 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from moirae.api import incidents_api, sse, steer
+from moirae.api import incidents_api, metrics_api, monitors_api, receivers_api, sse, steer
 from moirae.api import models as m
-from moirae.api.auth import check_bind, token_matches
+from moirae.api.access import Access, Gate, local_token
+from moirae.api.audit import audit_request, recent
+from moirae.api.auth import check_bind
 from moirae.api.console_page import PAGE
 from moirae.api.errors import BadEids, BadTickets, EngineNotRunning, NoSuchEvent
 from moirae.api.guard import Guard, document_text_rule
+from moirae.base.redact import redact_all
 from moirae.read import views
 from moirae.runtime.errorlog import file_logger, log_dir
 
@@ -102,27 +115,39 @@ TIME = Query(json_schema_extra={"format": "date-time"},
              description="ISO-8601 time, e.g. 2024-03-01T06:00:00Z (no offset: UTC); since must not be after until")
 
 
-def create_app(engine, token: str | None = None, host: str | None = None, keepalive: float = 5.0) -> FastAPI:
+def create_app(engine, token: str | None = None, host: str | None = None, keepalive: float = 5.0,
+               tls: bool | None = None) -> FastAPI:
     """The API and console over ``engine`` (a :class:`~moirae.read.abc.EngineSurface`:
     a :class:`moirae.Engine`, or a :class:`moirae.read.readonly.ReadOnlyEngine`).
     ``token`` and ``host`` default to the engine's ``api`` settings; serving ``host``
-    beyond loopback without a token is refused (:class:`moirae.api.auth.ApiError`)."""
+    beyond loopback without a token is refused (:class:`moirae.api.auth.ApiError`).
+    Without a configured token, mutations take the engine's local token
+    (:func:`moirae.api.access.local_token`) or a console session."""
     api_cfg = engine.settings.api
     token = api_cfg.token if token is None else token
-    check_bind(host or api_cfg.host, token)
+    host = host or api_cfg.host
+    check_bind(host, token)
+    tls = bool(getattr(api_cfg, "tls_cert", "")) if tls is None else tls
+    access = Access(token or local_token(engine.settings.data_dir), host,
+                    tuple(getattr(api_cfg, "allowed_hosts", ()) or ()), tls=tls)
     app = FastAPI(title="Moirae", summary="history-enhanced monitoring", version="1",
                   responses=m.error_responses(422, "4XX", 500))
     app.state.engine = engine
     app.state.error_log = log_dir(engine.settings.data_dir) / "api.log"
+    app.state.access = access
     app.add_middleware(Guard, logger=file_logger("moirae.api.errors", app.state.error_log))
+    app.add_middleware(Gate, access=access)  # outermost: Host, Origin, reads off loopback
     _document_text_rule(app)
-    require_token = _token_check(token)
-    app.include_router(_page_router())
+    require_token = access.mutate
+    app.include_router(_page_router(access))
     app.include_router(incidents_api.router(engine, require_token))
     app.include_router(_events_router(engine))
     app.include_router(_steer_router(engine, require_token))
-    app.include_router(_engine_router(engine, token))
+    app.include_router(monitors_api.router(engine, require_token))
+    app.include_router(_engine_router(engine, token, access))
     app.include_router(_stream_router(engine, keepalive))
+    app.include_router(receivers_api.router(engine, access.machine))
+    app.include_router(metrics_api.router())
     return app
 
 
@@ -138,23 +163,26 @@ def _document_text_rule(app: FastAPI) -> None:
     app.openapi = openapi
 
 
-def _token_check(token: str | None):
-    """The dependency of mutating routes: with a token configured, the request must
-    carry it (:mod:`moirae.api.auth`), else 401."""
-
-    def require_token(request: Request) -> None:
-        if token and not token_matches(request.headers.get("authorization"), token):
-            raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    return require_token
-
-
-def _page_router() -> APIRouter:
+def _page_router(access: Access) -> APIRouter:
+    """The console's page (on loopback with a fresh session and its CSRF token) and
+    ``POST /api/session``, the token exchanged for a session (off loopback)."""
     r = APIRouter()
 
     @r.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def console() -> str:
-        return PAGE
+    def console() -> HTMLResponse:
+        if not access.loopback:
+            return HTMLResponse(PAGE)
+        cookie, csrf = access.new_session()
+        page = HTMLResponse(PAGE.replace("<head>", f'<head><meta name="moirae-csrf" content="{csrf}">', 1))
+        access.set_cookie(page, cookie)
+        return page
+
+    @r.post("/api/session", response_model=m.Session, dependencies=[Depends(access.machine)])
+    def session() -> JSONResponse:
+        cookie, csrf = access.new_session()
+        answer = JSONResponse({"csrf": csrf})
+        access.set_cookie(answer, cookie)
+        return answer
 
     return r
 
@@ -167,11 +195,14 @@ def _events_router(engine) -> APIRouter:
     def list_events(type: Annotated[str | None, Query(max_length=200)] = None,  # noqa: A002 - the API's name
                     since: Annotated[str | None, TIME] = None, until: Annotated[str | None, TIME] = None,
                     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-                    offset: Annotated[int, Query(ge=0, le=10**12)] = 0) -> dict[str, Any]:
+                    offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
+                    suppressed: Annotated[bool | None, Query(description="only alerts a rule suppresses now "
+                                                                         "(true) or only the others (false)")] = None,
+                    ) -> dict[str, Any]:
         lo, hi = parse_time("since", since), parse_time("until", until)
         if lo is not None and hi is not None and lo > hi:
             raise HTTPException(422, f"since ({since}) is after until ({until})")
-        return views.event_list(engine, type or None, lo, hi, limit, offset)
+        return views.event_list(engine, type or None, lo, hi, limit, offset, suppressed)
 
     @r.get("/api/events/{eid}", response_model=m.EventDetail)
     def get_event(eid: str) -> dict[str, Any]:
@@ -184,12 +215,15 @@ def _events_router(engine) -> APIRouter:
 
 
 def _steer_router(engine, require_token) -> APIRouter:
-    """Steering (M 4.4): cancel one or many events, accelerate one; each needs the token."""
+    """Steering (M 4.4): cancel one or many events, accelerate one; each needs the token
+    (or a console session) and is audited."""
     r = APIRouter(dependencies=[Depends(require_token)])
 
-    def steering(fn, *args) -> dict[str, Any]:
+    def steering(fn, *args, request: Request, action: str, target: str, detail=None) -> dict[str, Any]:
         try:
-            return fn(engine, *args)
+            out = fn(engine, *args)
+            audit_request(request, action, target, detail)
+            return out
         except NoSuchEvent as exc:
             raise HTTPException(404, str(exc)) from None
         except EngineNotRunning as exc:
@@ -198,22 +232,26 @@ def _steer_router(engine, require_token) -> APIRouter:
             raise HTTPException(422, str(exc)) from None
 
     @r.post("/api/events/cancel", response_model=m.SteerManyResult)
-    def cancel_many(body: CancelBody) -> dict[str, Any]:
-        return steering(steer.cancel_many, body.eids)
+    def cancel_many(request: Request, body: CancelBody) -> dict[str, Any]:
+        return steering(steer.cancel_many, body.eids, request=request, action="cancel", target=",".join(body.eids)[:1000],
+                        detail={"eids": body.eids[:100], "count": len(body.eids)})
 
     @r.post("/api/events/{eid}/cancel", response_model=m.SteerResult)
-    def cancel(eid: str) -> dict[str, Any]:
-        return steering(steer.cancel, eid)
+    def cancel(request: Request, eid: str) -> dict[str, Any]:
+        return steering(steer.cancel, eid, request=request, action="cancel", target=eid)
 
     @r.post("/api/events/{eid}/accelerate", response_model=m.SteerResult)
-    def accelerate(eid: str, body: Annotated[AccelerateBody | None, Body()] = None) -> dict[str, Any]:
-        return steering(steer.accelerate, eid, (body or AccelerateBody()).tickets)
+    def accelerate(request: Request, eid: str, body: Annotated[AccelerateBody | None, Body()] = None) -> dict[str, Any]:
+        tickets = (body or AccelerateBody()).tickets
+        return steering(steer.accelerate, eid, tickets, request=request, action="accelerate", target=eid,
+                        detail={"tickets": tickets})
 
     return r
 
 
-def _engine_router(engine, token: str | None) -> APIRouter:
-    """The chunk catalog, the scheduler's tasks and the engine's status."""
+def _engine_router(engine, token: str | None, access: Access) -> APIRouter:
+    """The chunk catalog, the scheduler's tasks, the engine's status (redacted:
+    :mod:`moirae.base.redact`) and the audit log."""
     r = APIRouter()
 
     @r.get("/api/archive/chunks", response_model=m.ChunkCatalog)
@@ -229,8 +267,12 @@ def _engine_router(engine, token: str | None) -> APIRouter:
 
     @r.get("/api/status", response_model=m.Status)
     def status() -> dict[str, Any]:
-        return {"engine_running": views.running(engine), "token_required": bool(token),
-                "archive": engine.archive.status(), "live": engine.live_status()}
+        return redact_all({"engine_running": views.running(engine), "token_required": bool(token) or not access.loopback,
+                           "archive": engine.archive.status(), "live": engine.live_status()})
+
+    @r.get("/api/audit", response_model=m.AuditLog)
+    def audit_log(limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
+        return {"records": recent(engine.db, limit)}
 
     return r
 

@@ -2,7 +2,9 @@
 ``moirae accelerate``): stdlib only, so the CLI stays fast to start.
 
 The address comes from the configuration (``api.host``, ``api.port``; a wildcard bind
-address is reached on loopback), the token from ``MOIRAE_API_TOKEN`` or ``api.token``.
+address is reached on loopback; ``https`` when ``api.tls_cert`` is set), the token from
+``MOIRAE_API_TOKEN``, ``api.token``, or the engine's local token file
+(``<data_dir>/api.token``, :func:`moirae.api.access.local_token`).
 Every failure is a :class:`ClientError` with one line saying why.
 """
 
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from moirae.api.errors import ClientError, NoEngine
@@ -23,6 +27,7 @@ ENV_TOKEN = "MOIRAE_API_TOKEN"
 
 
 def base_url(settings) -> str:
+    scheme = "https" if getattr(settings.api, "tls_cert", "") else "http"
     host = settings.api.host
     if host in ("0.0.0.0", ""):
         host = "127.0.0.1"
@@ -30,18 +35,21 @@ def base_url(settings) -> str:
         host = "::1"
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{settings.api.port}"
+    return f"{scheme}://{host}:{settings.api.port}"
 
 
 class ApiClient:
-    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0, cafile: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        # https: the server's own certificate is trusted (a self-signed one included)
+        self.context = ssl.create_default_context(cafile=cafile) if cafile else None
 
     @classmethod
     def from_settings(cls, settings) -> ApiClient:
-        return cls(base_url(settings), os.environ.get(ENV_TOKEN) or settings.api.token or None)
+        return cls(base_url(settings), os.environ.get(ENV_TOKEN) or settings.api.token or _local_token(settings),
+                   cafile=getattr(settings.api, "tls_cert", "") or None)
 
     def request(self, method: str, path: str, body: dict | None = None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -52,7 +60,7 @@ class ApiClient:
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self.context) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             raise ClientError(f"{method} {path}: HTTP {exc.code}: {_detail(exc)}") from None
@@ -73,6 +81,14 @@ class ApiClient:
     def accelerate(self, eid: str, tickets: int | None = None) -> dict[str, Any]:
         body = None if tickets is None else {"tickets": tickets}
         return self.request("POST", f"/api/events/{urllib.parse.quote(eid, safe='')}/accelerate", body)
+
+
+def _local_token(settings) -> str | None:
+    """The engine's local token (``<data_dir>/api.token``), if the engine made one."""
+    try:
+        return (Path(settings.data_dir) / "api.token").read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
 
 
 def _detail(exc: urllib.error.HTTPError) -> str:

@@ -11,7 +11,9 @@ duration, resolution, shared terms, a "novel" badge), the history search's progr
 with Accelerate and Cancel, and the provenance (collapsed). Acknowledge and Resolve
 (with a note) act on the incident; feedback stays until dismissed, and errors are
 said in words. ``#/archive`` shows chunks per stream and tier, rows, late rows and
-dead letters.
+dead letters. ``#/monitors`` lists the deployed monitors (version, state, rows/s,
+alerts, open tasks, materialized span), deploys a pasted monitor file and undeploys one
+(optionally dropping its archive).
 """
 
 from __future__ import annotations

@@ -8,16 +8,18 @@ OpenAPI schema the API is fuzzed against):
   the note becomes the incident's resolution, shown in future similar-incident lists;
 - ``GET /api/archive/summary``: chunks per stream and tier, rows, late rows, dead letters.
 
-Mutating calls follow the token rule of :mod:`moirae.api.auth`.
+Mutating calls follow the access rules of :mod:`moirae.api.access` and are audited
+(:mod:`moirae.api.audit`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from moirae.api.audit import audit_request
 from moirae.incidents.store import MAX_NOTE, IncidentError, NoSuchIncident
 from moirae.read.archive_view import dead_letters
 from moirae.read.incident_views import incident_detail
@@ -156,12 +158,17 @@ def router(engine, require_token) -> APIRouter:
         return acting(incident_detail, engine, known(incident))
 
     @r.post("/api/incidents/{incident}/acknowledge", response_model=Incident, dependencies=[Depends(require_token)])
-    def acknowledge(incident: str, body: Annotated[AcknowledgeBody | None, Body()] = None) -> dict:
-        return acting(store().acknowledge, known(incident), (body or AcknowledgeBody()).by)
+    def acknowledge(request: Request, incident: str, body: Annotated[AcknowledgeBody | None, Body()] = None) -> dict:
+        by = (body or AcknowledgeBody()).by
+        out = acting(store().acknowledge, known(incident), by)
+        audit_request(request, "acknowledge", incident, by=by)
+        return out
 
     @r.post("/api/incidents/{incident}/resolve", response_model=Incident, dependencies=[Depends(require_token)])
-    def resolve(incident: str, body: ResolveBody) -> dict:
-        return acting(store().resolve, known(incident), body.note, body.by)
+    def resolve(request: Request, incident: str, body: ResolveBody) -> dict:
+        out = acting(store().resolve, known(incident), body.note, body.by)
+        audit_request(request, "resolve", incident, {"note": body.note[:500]}, by=body.by)
+        return out
 
     @r.get("/api/archive/summary", response_model=ArchiveSummary)
     def archive_summary() -> dict:

@@ -5,12 +5,13 @@ so the terminal shows incidents, not windows. Each block holds:
 
 - the incident's id, key, number of alerts and time span, and ``NOVEL`` when the latest
   alert's Similarity Recall ended with no past incident similar enough
-  (:mod:`similarity.novelty`);
+  (:mod:`similarity.novelty`), with the span searched when that was not the whole archive;
 - the latest alert's attributes and context;
 - the norm's latest estimate (any Recall's current rows), with the interval of history
   it covers so far;
 - the *current* top-k similar past incidents of the latest alert, sorted by score,
-  each with its resolution and top shared terms (:mod:`similarity.explain`).
+  each with its resolution and top shared terms (:mod:`similarity.explain`), and how far
+  back the search has gone and what remains (:mod:`recall.replica2`).
 
 :class:`Board` holds that state, applying each output's revisions
 (:func:`recall.revision_ops.apply_revision`), so a block never shows a retracted or
@@ -135,17 +136,21 @@ class Board:
         b = self.blocks[iid]
         latest = b.alerts[-1]
         shown = next((a for a in reversed(b.alerts) if any(a.similar.values()) or a.status), latest)
-        novel = any(s.get("novel") for s in shown.status.values())
+        novel = [s for s in shown.status.values() if s.get("novel")]
         span = b.first_ts[11:16] + (f"-{b.last_ts[11:16]}" if b.last_ts != b.first_ts else "")
         lines = [f"INCIDENT {iid}  {b.event}  {b.count} alert{'s' * (b.count != 1)}  {span}"
-                 + ("  NOVEL: no similar past incident" if novel else "")]
+                 + (f"  NOVEL: {_novel_of(novel[0])}" if novel else "")]
         attrs = ", ".join(f"{k_}={_fmt(v)}" for k_, v in latest.attrs.items())
         ctx = ", ".join(sorted({f"{k_}={v}" for t in latest.context for k_, v in t.items()}))
         lines.append(f"  latest alert {latest.eid}  {attrs}")
         lines.append(f"  context: {ctx or '(none)'}")
         for op, rows in latest.recall.items():
             for row in rows.values():
-                vals = ", ".join(f"{k_} {_fmt(v)}" for k_, v in row.items() if isinstance(v, int | float))
+                vals = ", ".join(f"{k_} {_fmt(v)}" for k_, v in row.items()
+                                 if isinstance(v, int | float) and not isinstance(v, bool))
+                if "disposition" in row:  # a rule's verdict (moirae.rules): what it decided, and whether for good
+                    vals = (f"{row['disposition']}{'' if row.get('final') else ' (provisional)'}"
+                            + (f", {vals}" if vals else ""))
                 cov = latest.covered.get(op)
                 where = "" if cov is None else (f" over {cov.start:%Y-%m-%d %H:%M} .. {cov.end:%Y-%m-%d %H:%M} "
                                                  f"({(cov.end - cov.start).total_seconds() / 86400:.1f} d of history)")
@@ -156,6 +161,10 @@ class Board:
             state = status.get("status", "searching")
             cov = shown.covered.get(op)
             back = "" if cov is None else f", searched back to {cov.start:%Y-%m-%d %H:%M}"
+            if status.get("searched_back_to"):  # replica2: how far back, what remains (recall.replica2)
+                back = f", searched back to {str(status['searched_back_to'])[:16].replace('T', ' ')}"
+            if status.get("remaining_chunks"):
+                back += f", {status['remaining_chunks']} chunk(s) of older history to go"
             lines.append(f"  similar past incidents ({op}, {state}{back}):")
             ranked = sorted(rows.values(), key=lambda r: (-float(r.get("score", 0)), str(r.get("incident", ""))))
             for i, r in enumerate(ranked[:k] if k else ranked, 1):
@@ -249,6 +258,14 @@ class BoardPrinter:
                 print(text, flush=True)
         if len(self._printed) > 2 * len(self.board.blocks):  # forget the incidents the board let go
             self._printed = {i: t for i, t in self._printed.items() if i in self.board.blocks}
+
+
+def _novel_of(status: Mapping[str, Any]) -> str:
+    """What a NOVEL label covers: the whole archive, or the span the search covered."""
+    span = status.get("novel_span")
+    if status.get("whole_archive", True) or not span:
+        return "no similar past incident"
+    return f"no similar past incident since {str(span[0])[:16].replace('T', ' ')} (older history not searched)"
 
 
 def _incident_of(store) -> Callable[[Mapping[str, Any]], str]:

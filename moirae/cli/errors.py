@@ -11,3 +11,7 @@ class ReplayFlagError(MoiraeError, ValueError):
 
 class ReplayMismatch(MoiraeError, ValueError):
     """A stream already holding a replay of another file or with other options."""
+
+
+class NoMonitorFile(MoiraeError, FileNotFoundError):
+    """``moirae deploy`` / ``moirae run --monitors`` given a path with no monitor file."""

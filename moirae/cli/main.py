@@ -59,7 +59,10 @@ def _data_dir(args):
 
 
 def _one_line(text: str, limit: int = 300) -> str:
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """The first line of ``text``, secrets redacted (:mod:`moirae.base.redact`), at most ``limit`` long."""
+    from moirae.base.redact import redact
+
+    first = redact(next((ln.strip() for ln in text.splitlines() if ln.strip()), ""))
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
@@ -81,8 +84,10 @@ def _log_failure(args, key: str, exc: BaseException) -> tuple[str, str]:
 
         try:
             fd, tmp = tempfile.mkstemp(prefix="moirae-error-", suffix=".log")
+            from moirae.base.redact import redact
+
             with open(fd, "w") as fh:
-                traceback.print_exception(exc, file=fh)
+                fh.write(redact("".join(traceback.format_exception(exc))))
         except OSError:
             return "-", "nowhere (no log file could be written)"
         return "-", tmp

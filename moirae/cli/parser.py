@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="moirae", description="Moirae: history-enhanced monitoring on Spark and PostgreSQL.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    for add in (_run, _archive, _console, _rematerialize, _replay, _steer):
+    for add in (_run, _archive, _console, _rematerialize, _replay, _steer, _monitors):
         add(sub)
     return p
 
@@ -33,6 +33,11 @@ def _run(sub) -> None:
     run.add_argument("--duration", type=duration, metavar="D",
                      help="stop after D (e.g. 60, 30s, 5m); default: until Ctrl-C")
     run.add_argument("--json", action="store_true", help="print the final summary as one JSON object")
+    _tls(run)
+    run.add_argument("--monitors", metavar="PATH",
+                     help="deploy the monitor file PATH, or every *.yaml in folder PATH, once started (added to "
+                          "or updating the monitors restored from the last run); with monitors (these or "
+                          "restored ones) the scenario runs only if --scenario names it")
 
 
 def _archive(sub) -> None:
@@ -42,6 +47,22 @@ def _archive(sub) -> None:
                              description="Show chunks per stream and tier, rows, late rows and dead letters.")
     st.add_argument("--config", metavar="F", help=CONFIG_HELP)
     st.add_argument("--json", action="store_true", help="print one JSON object")
+    ref = arch_sub.add_parser("reference", help="load or reload a reference table from a CSV file or a SELECT",
+                              description="Load reference table NAME (no time attribute: an inventory, owners, "
+                                          "teams) into the archive, or a new version of it; history- and context-"
+                                          "queries read each alert's version.")
+    ref.add_argument("name", metavar="NAME", help="the table's name, as queries read it")
+    src = ref.add_mutually_exclusive_group(required=True)
+    src.add_argument("--csv", metavar="FILE", help="a CSV file with a header row")
+    src.add_argument("--sql", metavar="SELECT", help="one read-only SELECT on the archive's database")
+    ref.add_argument("--key", metavar="COLS", help="the column(s) identifying a row, comma separated (first load)")
+    ref.add_argument("--valid-from", type=iso_time, metavar="T",
+                     help="when this version starts to hold (default: now; a first load: always)")
+    refs = arch_sub.add_parser("references", help="list the reference tables",
+                               description="List the reference tables: key, columns, version.")
+    for sp in (ref, refs):
+        sp.add_argument("--config", metavar="F", help=CONFIG_HELP)
+        sp.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _console(sub) -> None:
@@ -52,6 +73,13 @@ def _console(sub) -> None:
     con.add_argument("--host", metavar="H", help="bind address (default: api.host; beyond loopback needs api.token)")
     con.add_argument("--port", type=int, metavar="P", help="TCP port (default: api.port; 0 picks a free one)")
     con.add_argument("--duration", type=duration, metavar="D", help="stop after D; default: until Ctrl-C")
+    _tls(con)
+
+
+def _tls(cmd) -> None:
+    cmd.add_argument("--tls-cert", metavar="PEM", help="serve the API over HTTPS with this certificate "
+                                                       "(default: api.tls_cert; needs --tls-key)")
+    cmd.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert (default: api.tls_key)")
 
 
 def _rematerialize(sub) -> None:
@@ -111,3 +139,25 @@ def _steer(sub) -> None:
             sp.add_argument("--tickets", type=tickets, metavar="N", help="tickets to add (default: 100)")
         sp.add_argument("--config", metavar="F", help=CONFIG_HELP)
         sp.add_argument("--json", action="store_true", help="print the API's answer as one JSON object")
+
+
+def _monitors(sub) -> None:
+    dep = sub.add_parser("deploy", help="deploy a monitor file (or a folder of them) on the running engine",
+                         description="Deploy FILE (a monitor file, or every *.yaml in a folder) on the running "
+                                     "engine through its HTTP API: the same version again changes nothing, a "
+                                     "changed file is a new version. A bad file is refused whole.")
+    dep.add_argument("file", metavar="FILE", help="a monitor file (.yaml) or a folder of them")
+    und = sub.add_parser("undeploy", help="retire a monitor from the running engine",
+                         description="Stop the monitor's streaming queries, cancel its recall tasks and free its "
+                                     "state on the running engine; its archived streams are kept unless "
+                                     "--drop-archive.")
+    und.add_argument("name", metavar="NAME", help="the monitor's name")
+    und.add_argument("--drop-archive", action="store_true",
+                     help="also drop its archived streams, provenance tables, similarity state and checkpoints")
+    mon = sub.add_parser("monitors", help="list the deployed monitors: state, rates, open tasks, materialized span",
+                         description="List the running engine's monitors (state, rows/s, alerts, open recall "
+                                     "tasks, materialized span); with no engine running, the deployed set the "
+                                     "database records.")
+    for sp in (dep, und, mon):
+        sp.add_argument("--config", metavar="F", help=CONFIG_HELP)
+        sp.add_argument("--json", action="store_true", help="print the answer as JSON")

@@ -27,12 +27,19 @@ from typing import Any
 from archive import Archiver, Database, RetentionPolicy
 from moirae import config as config_mod
 from moirae.config import Settings
+from moirae.delivery.router import AlertRouter
+from moirae.deploy.lifecycle import named_dsn
 from moirae.deploy.manager import DeployManager
 from moirae.engine.maintenance import Maintenance
+from moirae.engine.metrics import EngineCollector, MetricsTap
+from moirae.incidents.rules import follow_window
 from moirae.ingest.sources import SourceRegistry
 from moirae.materialize.replica import Materializer
-from moirae.runtime.errorlog import log_dir
+from moirae.materialize.replica2 import RawHistory
+from moirae.rules.store import DispositionStore
+from moirae.runtime.errorlog import log_dir, private_dir
 from moirae.runtime.errors import EngineError
+from moirae.runtime.metrics import clear_engine_collector, set_engine_collector
 from moirae.runtime.spark import spark_session
 from moirae.runtime.store import database_dsn
 from moirae.runtime.supervise import LiveQuery, Supervisor
@@ -48,15 +55,29 @@ class Engine:
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or config_mod.load()
         self.data_dir = Path(self.settings.data_dir).resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.db = Database(database_dsn(self.settings), schema=self.settings.postgres.schema)
+        private_dir(self.data_dir)  # 0700: checkpoints, logs, the embedded server, the API token
+        self.db = Database(named_dsn(database_dsn(self.settings), self.settings.postgres.schema),
+                           schema=self.settings.postgres.schema)
         self.archiver = Archiver(self.db, self.settings.archive.settings())
         self._spark = None
         self.sources = SourceRegistry(self.archiver, self.settings, self.data_dir)
         self.deploy = DeployManager(self.settings, self.db, self.archiver, self.sources, lambda: self.spark)
+        # recall tasks out of materialized history go on over the raw archive (M 4.4, replica2)
+        self.deploy.manager.set_replica(RawHistory(self.deploy.materializer))
         self.maintenance = Maintenance(self.settings, self.db, self.archiver, self.sources, self.deploy)
         self.supervisor = Supervisor(self.data_dir, self._live_queries)
+        # alerts out (moirae.delivery) and the engine's own metrics (GET /metrics)
+        self.alerts = AlertRouter(self.deploy.manager.bus, self.deploy.results, self.deploy.incidents, self.db,
+                                  console_url=_console_url(self.settings.api))
+        self._metrics = EngineCollector(lambda: self._spark.streams.active if self._spark is not None else [],
+                                        self.archiver.status, self.sources.waits, self.deploy.manager.tasks,
+                                        lambda: list(self.deploy.alert_latencies), self.db.health)
+        self._metrics_tap = MetricsTap(self.deploy.manager.bus)
         self._stop = threading.Event()
+        self._rules = None  # the rules over Recall results, made by the first (moirae.rules)
+        self.deploy.lifecycle.on_retire = self._retire_attached
+        # made with the engine's other tables, so a read (GET /api/events) creates nothing
+        self._dispositions = DispositionStore(self.db)
         self._supervising: threading.Thread | None = None
         self._closed = False
 
@@ -122,8 +143,11 @@ class Engine:
     def event_query(self, name: str, fn, inputs, eid: str = "eid", ts: str = "ts"):
         """Deploy an event-query (M 3.1): ``fn(*instrumented inputs)`` returns the
         instrumented stream of events with columns ``eid`` and ``ts``. May be called while
-        the engine runs (M 4.2)."""
-        return self.deploy.event_query(name, fn, inputs, eid, ts)
+        the engine runs (M 4.2). Its incidents follow its own window
+        (:mod:`moirae.incidents.rules`)."""
+        q = self.deploy.event_query(name, fn, inputs, eid, ts)
+        follow_window(self.deploy.incidents, self.archiver, self.deploy.flows[name])
+        return q
 
     def context_query(self, event_name: str, fn, inputs=None, name: str | None = None, window="5m",
                       surrounding: bool = False, after=0):
@@ -131,8 +155,11 @@ class Engine:
         returns ``(eid, ts, attrs...)`` tuples describing each event. ``fn`` may instead
         be SQL text over the relation ``events`` and archived streams, run as one
         PostgreSQL read per batch (:mod:`moirae.queries.context_sql`); its inputs are the
-        streams it reads."""
-        return self.deploy.context_query(event_name, fn, inputs, name, window, surrounding, after)
+        streams it reads. SQL may also read reference tables (:meth:`reference_table`)."""
+        from moirae.queries.context_sql import references_visible
+
+        with references_visible(self.archiver.references.names()):
+            return self.deploy.context_query(event_name, fn, inputs, name, window, surrounding, after)
 
     def recall(self, event_name: str, sql: str, name: str | None = None, **kwargs):
         """Attach a Recall (M 3.2): a history-query template run chunk by chunk for each event."""
@@ -162,10 +189,150 @@ class Engine:
         """Give every recall task of an event more tickets (M 4.4)."""
         return self.deploy.manager.accelerate(eid, tickets)
 
+    def route_alerts(self, event_query: str, targets) -> list:
+        """Send the alerts of ``event_query`` to ``targets``: webhooks (HMAC-signed JSON
+        or Slack's payload) and Prometheus Alertmanagers, each carrying the top similar
+        past incidents, their resolutions and a console link; resolved when the incident
+        is (:mod:`moirae.delivery`; targets as :func:`moirae.delivery.targets.parse_targets`
+        takes them). Replaces the query's previous targets."""
+        return self.alerts.route(event_query, targets)
+
     def live_status(self) -> dict[str, Any]:
         """The live path's own health: archive waits (count, time, timeouts per stream) and
         how far each source is archived."""
         return {**self.sources.waits.status(), **self.deploy.live_status(), "queries": self.supervisor.status()}
+
+    # -- monitors, deployed and retired on a running engine (moirae.deploy.lifecycle) --
+
+    def deploy_monitor(self, name: str, version: str, text: str, apply) -> dict[str, Any]:
+        """Deploy monitor ``name`` at ``version`` (its definition ``text``) as one unit:
+        ``apply(engine)`` declares it through this engine's methods. The same version
+        again does nothing; another version replaces it; a failing ``apply`` leaves the
+        engine as it was (:meth:`moirae.deploy.lifecycle.Lifecycle.deploy`)."""
+        return self.deploy.lifecycle.deploy(name, version, text, lambda: apply(self))
+
+    def undeploy_monitor(self, name: str, drop_archive: bool = False) -> dict[str, Any]:
+        """Retire monitor ``name``: its queries stopped, its tasks cancelled, its state
+        freed; its archive kept unless ``drop_archive``
+        (:meth:`moirae.deploy.lifecycle.Lifecycle.undeploy`)."""
+        out = self.deploy.lifecycle.undeploy(name, drop_archive)
+        self.supervisor.forget([f"{p}_{q}" for q in out["event_queries"] for p in ("event", "ankn")]
+                               + [f"archive_{s}" for s in out["sources_stopped"]])
+        return out
+
+    undeploy = undeploy_monitor
+
+    def _retire_attached(self, event_queries: list[str]) -> None:
+        """Before a monitor's event-queries retire: the rules over their Recalls and their
+        alert routes go (:attr:`moirae.deploy.lifecycle.Lifecycle.on_retire`)."""
+        if self._rules is not None:
+            for name, rule in list(self._rules.rules.items()):
+                if rule.event in event_queries:
+                    self._rules.remove(name)
+        for q in event_queries:
+            self.alerts.route(q, [])
+
+    def deploy_text(self, text: str, origin: str | None = None) -> dict[str, Any]:
+        """Deploy the monitor a monitor file's ``text`` declares (read by
+        :attr:`monitor_loader`); ``origin``, the file it came from, names it in errors and
+        anchors its relative paths."""
+        name, version, apply = self.load_monitor(text, origin)
+        return self.deploy_monitor(name, version, text, apply)
+
+    def load_monitor(self, text: str, origin: str | None = None):
+        """``(name, version, apply)`` of a monitor file's text: :attr:`monitor_loader` when
+        set, else :mod:`moirae.monitors` (validated whole before anything is applied)."""
+        if self.monitor_loader is not None:
+            return self.monitor_loader(text)
+        from moirae.monitors import loader_for
+
+        return loader_for(self)(text, origin or "<monitor>")
+
+    def _loaded(self, text: str):
+        name, version, apply = self.load_monitor(text)
+        return name, version, lambda: apply(self)
+
+    #: ``text -> (name, version, apply)``; None: monitor files (:meth:`load_monitor`)
+    monitor_loader = None
+
+    def monitors(self) -> list[dict[str, Any]]:
+        """The deployed monitors: name, version, state, what each deployed, rows per
+        second, alerts, open tasks, materialized span
+        (:meth:`moirae.deploy.lifecycle.Lifecycle.status`)."""
+        return self.deploy.lifecycle.status(self.supervisor.status()["failed"])
+
+    def footprint(self, samples: int = 5) -> dict[str, Any]:
+        """Spark queries, threads, PostgreSQL sessions and open tasks held now
+        (:func:`moirae.deploy.lifecycle.footprint`; compare with
+        :func:`moirae.deploy.lifecycle.leaks`)."""
+        from moirae.deploy.lifecycle import footprint
+
+        return footprint(self._spark, self.db, self.deploy.manager, samples=samples)
+
+    # -- reference tables and rules over Recall results (moirae.rules; M 3.2, 4.3, 4.6) ----
+
+    def reference_table(self, name: str, *, csv=None, sql: str | None = None, key=None, valid_from=None,
+                        dsn: str | None = None) -> dict[str, Any]:
+        """Load reference table ``name`` (no time attribute: an inventory, owners, teams)
+        from a CSV file or one read-only SELECT (on this database, or on ``dsn``); ``key``
+        names the column(s) identifying a row. Declared again, it is reloaded: a new
+        version, valid from ``valid_from`` (default now; a first load, from always), so
+        history- and context-queries of an alert read the rows valid at its time
+        (:mod:`archive.reference`). Returns what the load changed."""
+        from moirae.rules import reference
+
+        return reference.load(self.archiver, name, csv=csv, sql=sql, key=key, valid_from=valid_from, dsn=dsn)
+
+    def reload_reference_table(self, name: str, *, csv=None, sql: str | None = None, valid_from=None,
+                               dsn: str | None = None) -> dict[str, Any]:
+        """Load a new version of an existing reference table (its key is kept)."""
+        from moirae.rules import reference
+
+        self.archiver.references.meta(name)  # exists, else ReferenceTableError naming the known ones
+        return reference.load(self.archiver, name, csv=csv, sql=sql, valid_from=valid_from, dsn=dsn)
+
+    def reference_tables(self) -> list[dict[str, Any]]:
+        """Each reference table: name, key, columns, version."""
+        return self.archiver.references.status()
+
+    def rule(self, event: str, recall: str, kind: str = "suppress", **options: Any):
+        """Declare a rule over Recall ``recall``'s results for ``event``'s alerts
+        (:meth:`moirae.rules.book.RuleBook.add`): ``kind="suppress"`` keeps alerts within
+        ``k`` standard deviations of their norm out of the incidents (M fig. 2),
+        ``"escalate"`` marks those beyond ``k``, ``"join"`` joins the Recall's output with
+        archived stream ``stream`` on ``on`` under ``analysis="event"`` or ``"present"``
+        (M figs. 10, 12). Options: ``name``, ``k``, ``metric``, ``hold``, ``settle``;
+        ``stream``, ``on``, ``analysis``, ``validity``, ``lookback``."""
+        book = self.rules
+        operators = self._recall_operators()
+        attached = {e: list(ops) for e, ops in self.deploy.operators.items()}
+        return book.add(event, recall, kind, operators=operators, attached=attached, **options)
+
+    def drop_rule(self, name: str):
+        """Retire a rule declared by :meth:`rule` (its held alerts go on to the incidents)."""
+        return self.rules.remove(name)
+
+    @property
+    def rules(self):
+        """The rules over Recall results (:class:`moirae.rules.book.RuleBook`), made on first use."""
+        if self._rules is None:
+            from moirae.rules.book import RuleBook
+
+            d = self.deploy
+            self._rules = RuleBook(self.db, self.archiver, d.events, d.incidents.record, d.results,
+                                   d.manager.bus.publish, operators=self._recall_operators)
+            self._dispositions = self._rules.store
+            d.manager.add_sink(self._rules.on_output)
+        return self._rules
+
+    def _recall_operators(self) -> dict[str, Any]:
+        """The Recall Manager's operators now, by name (rules bind to these objects)."""
+        return {d.operator: d.recall_operator for d in self.deploy.manager.descriptions()}
+
+    @property
+    def dispositions(self):
+        """Alert dispositions under the rules (:class:`moirae.rules.store.DispositionStore`)."""
+        return self._dispositions
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -174,12 +341,17 @@ class Engine:
             return self
         for src in self.sources:
             self.sources.start(src)
+        self.alerts.start()  # subscribed before the first event can be published
+        self._metrics_tap.start()
+        set_engine_collector(self._metrics)
         self.deploy.start()
         self.sources.started = True
         self._stop.clear()
         self.maintenance.start()
         self._supervising = threading.Thread(target=self._supervise, name="moirae-supervisor", daemon=True)
         self._supervising.start()
+        if self.deploy.lifecycle.table.rows():  # the monitors deployed before the restart come back
+            self.deploy.lifecycle.restore(self._loaded)
         return self
 
     def run_for(self, seconds: float | None) -> None:
@@ -215,8 +387,15 @@ class Engine:
         for name in self.sources.by_name:
             self.sources.watermark(name)  # remember the last watermarks before the queries go
         self.deploy.stop()
+        # the Recall Manager's periodic jobs stop with the engine (start runs them again): left
+        # running, a job falling due while the interpreter exits was submitted to a pool already
+        # shut down, an APScheduler traceback on stderr (recall/periodic.py)
+        self.deploy.periodic.shutdown()
         self.sources.stop(self.settings.spark.stop_grace.total_seconds())
         self.maintenance.stop()
+        self.alerts.stop()
+        self._metrics_tap.stop()
+        clear_engine_collector(self._metrics)
         self.sources.started = False
 
     def close(self) -> None:
@@ -226,6 +405,8 @@ class Engine:
         self._closed = True
         if self.started:
             self.stop()
+        if self._rules is not None:
+            self._rules.close()
         self.deploy.close()
         self.archiver.close()
 
@@ -302,3 +483,10 @@ class Engine:
     def index_builds(self):
         """The background builder of similarity indexes (``pending``, ``drain``, ``built``, ``failed``)."""
         return self.deploy.indexes
+
+
+def _console_url(api) -> str:
+    """The console's base URL as this engine serves it (links in delivered alerts)."""
+    host = api.host if api.host not in ("0.0.0.0", "::") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if api.tls_cert else 'http'}://{host}:{api.port}"

@@ -71,6 +71,12 @@ class ArchiveWaits:
                 self._caught_up[name] = started
             self._cond.notify_all()
 
+    def stopped(self, name: str) -> None:
+        """Source ``name``'s archive query was stopped and the source unregistered: waits
+        on it end now instead of at their timeout."""
+        with self._cond:
+            self._cond.notify_all()
+
     def wait(self, streams, ts: datetime, timeout: float, why: str = "", since: float | None = None) -> bool:
         """Block until every source in ``streams`` has archived data up to ``ts`` (so a
         context- or history-query for an event at ``ts`` sees all of it), or ``timeout``
@@ -97,8 +103,10 @@ class ArchiveWaits:
                 return False
             return began >= wall0 if since is None else self._tick(began) >= self._tick(since)
 
-        def lagging() -> list[str]:
-            return [s for s in live if (self._upto.get(s) is None or self._upto[s] < ts) and not caught_up(s)]
+        def lagging() -> list[str]:  # a source unregistered meanwhile (its monitor retired) lags no more
+            still = set(self._sources.live(live))
+            return [s for s in live
+                    if s in still and (self._upto.get(s) is None or self._upto[s] < ts) and not caught_up(s)]
 
         with self._cond:
             late = self._wait_for(lagging, [s for s in live if self._sources.is_sparse(s)], ts, t0 + timeout)

@@ -44,6 +44,9 @@ class EventWorker:
         self._q: queue.Queue = queue.Queue(maxsize=maxsize)
         self._thread: threading.Thread | None = None
         self.batches = 0
+        self.skipped = 0  # batches of a retired flow, not processed
+        self._current = None  # the flow whose batches run now
+        self._idle = threading.Condition()
         self.errors = 0
         self.last_error: str | None = None
 
@@ -59,6 +62,9 @@ class EventWorker:
     def submit(self, *item) -> None:
         """Hand over one batch (blocks while the queue is full); processed inline when no
         worker runs."""
+        if getattr(item[0], "retired", False):  # its monitor is being retired (its events stay archived)
+            self.skipped += 1
+            return
         if self.running:
             self._q.put(item)
         else:
@@ -66,6 +72,15 @@ class EventWorker:
 
     def pending(self) -> int:
         return self._q.qsize()
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """Return once every batch handed over before this call is processed (False when
+        ``timeout`` passed first); at once when no worker runs (batches run inline)."""
+        if not self.running:
+            return True
+        done = threading.Event()
+        self._q.put(done)
+        return done.wait(timeout)
 
     def stop(self, timeout: float = 60.0) -> None:
         """Process what was handed over, then stop."""
@@ -83,12 +98,37 @@ class EventWorker:
                 except queue.Empty:
                     break
             stop = items[-1] is _STOP
-            for group in _runs([i for i in items if i is not _STOP]):
+            for group in _runs([i for i in items if isinstance(i, tuple)]):
                 self._run(group)
+            for marker in items:  # a drain waits for every batch handed over before it
+                if isinstance(marker, threading.Event):
+                    marker.set()
             if stop:
                 return
 
+    def forget(self, flow, timeout: float = 60.0) -> bool:
+        """Process no more batches of ``flow`` (retired with its monitor; its events stay
+        archived): the ones queued are skipped and a run of its batches under way is
+        waited for (False when ``timeout`` passed first)."""
+        flow.retired = True
+        with self._idle:
+            return self._idle.wait_for(lambda: self._current is not flow, timeout)
+
     def _run(self, group: list[tuple]) -> None:
+        flow = group[0][0]
+        if getattr(flow, "retired", False):
+            self.skipped += len(group)
+            return
+        with self._idle:
+            self._current = flow
+        try:
+            self._run_group(group)
+        finally:
+            with self._idle:
+                self._current = None
+                self._idle.notify_all()
+
+    def _run_group(self, group: list[tuple]) -> None:
         if len(group) > 1 and self.many is not None:
             self._guarded(lambda: self.many(group[0][0], [item[1:] for item in group]), len(group))
         else:

@@ -42,7 +42,11 @@ CREATE TABLE IF NOT EXISTS moirae_events (
     recall_ended boolean NOT NULL DEFAULT false
 );
 CREATE INDEX IF NOT EXISTS moirae_events_event_ts ON moirae_events (event, ts DESC);
+ALTER TABLE moirae_events ADD COLUMN IF NOT EXISTS monitor text;
+ALTER TABLE moirae_events ADD COLUMN IF NOT EXISTS version text;
 """
+#: the columns an :class:`EventRecord` is read back from, in its fields' order
+COLUMNS = "event, eid, ts, attrs, context, surrounding, monitor, version"
 
 
 @dataclass
@@ -55,6 +59,14 @@ class EventRecord:
     surrounding: dict[str, list[dict]] = field(default_factory=dict)
     detected_mono: float = field(default_factory=time.monotonic)
     first_history_mono: float | None = None
+    monitor: str | None = None  # the monitor that raised it, and that monitor's version (its digest)
+    version: str | None = None
+
+    @classmethod
+    def from_row(cls, row) -> EventRecord:
+        """From a row of :data:`COLUMNS` (monitor and version may be absent)."""
+        return cls(*row[:4], context=row[4], surrounding=row[5],
+                   monitor=row[6] if len(row) > 6 else None, version=row[7] if len(row) > 7 else None)
 
     def as_event(self) -> dict[str, Any]:
         """The mapping recall operators get: eid, ts, the attributes, the context."""
@@ -63,7 +75,8 @@ class EventRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {"event": self.event, "eid": self.eid, "ts": self.ts.isoformat(), "attrs": _plain(self.attrs),
-                "context": _plain(self.context), "surrounding": _plain(self.surrounding)}
+                "context": _plain(self.context), "surrounding": _plain(self.surrounding),
+                "monitor": self.monitor, "version": self.version}
 
 
 def _plain(obj):
@@ -91,10 +104,10 @@ class EventLog:
         new = []
         with self.db.connection() as conn, conn.cursor() as cur:
             for r in records:
-                cur.execute("INSERT INTO moirae_events (eid, event, ts, attrs, context, surrounding) "
-                            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (eid) DO NOTHING RETURNING eid",
+                cur.execute("INSERT INTO moirae_events (eid, event, ts, attrs, context, surrounding, monitor, version) "
+                            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (eid) DO NOTHING RETURNING eid",
                             (r.eid, r.event, r.ts, json.dumps(_plain(r.attrs)), json.dumps(_plain(r.context)),
-                             json.dumps(_plain(r.surrounding))))
+                             json.dumps(_plain(r.surrounding)), r.monitor, r.version))
                 if cur.fetchone() is not None:
                     new.append(r)
         with self._lock:
@@ -114,9 +127,9 @@ class EventLog:
             if eid in self._recent:
                 return self._recent[eid]
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT event, eid, ts, attrs, context, surrounding FROM moirae_events WHERE eid = %s", (eid,))
+            cur.execute(f"SELECT {COLUMNS} FROM moirae_events WHERE eid = %s", (eid,))
             row = cur.fetchone()
-        return EventRecord(*row[:4], context=row[4], surrounding=row[5]) if row else None
+        return EventRecord.from_row(row) if row else None
 
     def known(self, eids: Iterable[str]) -> set[str]:
         """Those of ``eids`` the log holds (one query)."""
@@ -138,10 +151,10 @@ class EventLog:
                 where.append(cond)
                 args.append(val)
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT event, eid, ts, attrs, context, surrounding FROM moirae_events "
+            cur.execute(f"SELECT {COLUMNS} FROM moirae_events "
                         f"WHERE {' AND '.join(where)} ORDER BY ts DESC, eid LIMIT %s OFFSET %s", (*args, limit, offset))
             rows = cur.fetchall()
-        return [EventRecord(*r[:4], context=r[4], surrounding=r[5]) for r in rows]
+        return [EventRecord.from_row(r) for r in rows]
 
     def mark_ended(self, eid: str) -> None:
         """Record that ``eid``'s recall ended (a restart does not resume it)."""
@@ -177,9 +190,8 @@ class EventLog:
     def open_events(self) -> list[EventRecord]:
         """Events whose recall had not ended (to resume after a restart)."""
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT event, eid, ts, attrs, context, surrounding FROM moirae_events "
-                        "WHERE NOT recall_ended ORDER BY ts")
-            return [EventRecord(*r[:4], context=r[4], surrounding=r[5]) for r in cur.fetchall()]
+            cur.execute(f"SELECT {COLUMNS} FROM moirae_events WHERE NOT recall_ended ORDER BY ts")
+            return [EventRecord.from_row(r) for r in cur.fetchall()]
 
     def note_history(self, eid: str) -> float | None:
         """Record the first history output of an event; return alert-to-history seconds."""

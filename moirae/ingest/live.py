@@ -42,11 +42,17 @@ from archive import Archiver, Database
 from archive.shared import SharedArchive
 from archive.spark_sink import spec_from_spark_schema
 from archive.validate import storable_rows
+from moirae.base.errors import MoiraeError
 from moirae.config import AnankeConfig, SparkSettings
 from moirae.ingest.sources import SourceRegistry
 from moirae.ingest.window_provenance import ArchiveResolver
 from moirae.queries.hybrid import EventQuery, QueryDefinitionError, event_stream
 from moirae.runtime.graceful_stop import stop_between_batches
+
+
+class QueryRetired(MoiraeError, RuntimeError):
+    """Raised inside a micro-batch of an event-query being retired (it stops sooner)."""
+
 
 #: ``on_events(flow, frame, batch_id, replay, started)``: a batch's new events, archived
 OnEvents = Callable[["EventFlow", pd.DataFrame, int, bool, "float | None"], None]
@@ -69,6 +75,9 @@ class EventFlow:
         self.shared: list[SharedArchive] = []  # the inputs this query's read archives (archive.shared)
         self.streaming = None  # set before the shared reads name this flow as their reader
         self.started = float("inf")  # wall time its streaming query started (moirae.runtime.idle)
+        #: set when its monitor is retired: a micro-batch under way gives up at its next step
+        #: (uncommitted, so it replays from the checkpoint if deployed again), a new one at once
+        self.retired = False
         try:
             self._build(query, provenance, db)
         except BaseException:
@@ -160,6 +169,7 @@ class EventFlow:
         inner = self.adapter if self.adapter is not None else self._collect_and_deliver
 
         def fn(batch_df, batch_id: int) -> None:
+            self._check_retired(batch_id)
             self._batch_started = time.time()  # wall clock: its events' archive waits count from its trigger tick
             sc = batch_df.sparkSession.sparkContext
             for sh in self.shared:  # the shared inputs' archive part of this batch's job
@@ -183,9 +193,10 @@ class EventFlow:
                                                   f"ankn_{self.query.name}")
         return self.streaming
 
-    def stop(self) -> None:
-        """Stop the query (and ANK-N's) between micro-batches, within ``spark.stop_grace``."""
-        grace = self.spark_settings.stop_grace.total_seconds()
+    def stop(self, grace: float | None = None) -> None:
+        """Stop the query (and ANK-N's) between micro-batches, within ``grace`` seconds
+        (default ``spark.stop_grace``)."""
+        grace = self.spark_settings.stop_grace.total_seconds() if grace is None else grace
         if self.streaming is not None:
             stop_between_batches(self.streaming, grace)
             self.streaming = None
@@ -207,10 +218,16 @@ class EventFlow:
             if result is not None:
                 self.sources.shared_committed(sh.stream, result, self._batch_started)
 
+    def _check_retired(self, batch_id: int) -> None:
+        if self.retired:
+            raise QueryRetired(f"event-query {self.query.name!r} is being retired; micro-batch {batch_id} is left "
+                               "uncommitted")
+
     def _deliver(self, frame: pd.DataFrame, batch_id: int) -> None:
         """The batch's events (collected once, with their provenance when ANK-1 runs).
         The shared inputs' part of the batch is committed first: the events' contexts and
         the window digests' resolution read it."""
+        self._check_retired(batch_id)
         t0 = time.perf_counter()
         self._commit_shared(int(batch_id))
         # most batches detect nothing: an empty one is not logged (no row a replay could repeat)

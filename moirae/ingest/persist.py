@@ -84,6 +84,15 @@ def forget_learned(db, name: str) -> None:
         cur.execute("DELETE FROM moirae_similarity_learned WHERE operator = %s", (name,))
 
 
+def forget_similarity(db, name: str) -> None:
+    """Drop everything saved of Similarity Recall ``name``: its statistics and its learned
+    ids (its monitor was undeployed with its archive)."""
+    ensure_similarity_tables(db)
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM moirae_similarity_learned WHERE operator = %s", (name,))
+        cur.execute("DELETE FROM moirae_similarity_state WHERE operator = %s", (name,))
+
+
 def contributing_view(db, edge_tables: list[str]) -> str | None:
     """(Re)create the view of every source id with a provenance edge; None without edges."""
     if not edge_tables:

@@ -21,6 +21,7 @@ from archive.shared import MARKER, SharedArchive, claim, record_claim, recorded_
 from archive.spark_sink import archive_batches, archive_layout, prepare_batch, spec_from_spark_schema
 from moirae.config import Settings
 from moirae.ingest.archive_waits import ArchiveWaits
+from moirae.runtime.checkpoint_identity import verify as verify_checkpoint
 from moirae.runtime.errors import EngineError
 from moirae.runtime.graceful_stop import stop_between_batches
 from moirae.runtime.supervise import LiveQuery
@@ -61,6 +62,9 @@ class SourceRegistry:
         self.data_dir = data_dir
         self.by_name: dict[str, Source] = {}
         self.started = False
+        #: False while a monitor is deployed: a monitor's sources keep their own archive
+        #: queries, so undeploying one monitor never stops another's archive
+        self.sharing = True
         self.waits = ArchiveWaits(self, lambda: self.settings.spark.trigger.total_seconds())
 
     def __iter__(self) -> Iterator[Source]:
@@ -107,7 +111,7 @@ class SourceRegistry:
         archived otherwise before). The first event-query deployed on a source claims it;
         one deployed after it reads the source a second time. See :mod:`archive.shared`."""
         src = self.by_name[name]
-        if (not self.settings.archive.shared_read or self.started or src.query is not None
+        if (not self.settings.archive.shared_read or not self.sharing or self.started or src.query is not None
                 or src.shared_by is not None or claim(self.checkpoint_dir(name), owner) is not None):
             return None
         shared = SharedArchive(self.archiver, name, owner)
@@ -137,6 +141,8 @@ class SourceRegistry:
             raise EngineError(f"source {src.name!r} was archived by the read of event-query {other!r} "
                               f"({self.checkpoint_dir(src.name) / MARKER}); deploy {other!r} again with "
                               "archive.shared_read on, so the archive goes on where it stopped")
+        # the batch log belongs to this checkpoint: a lost or foreign one is refused, never skipped
+        verify_checkpoint(self.archiver.db, src.name, self.checkpoint_dir(src.name))
         trigger = f"{int(self.settings.spark.trigger.total_seconds() * 1000)} milliseconds"
         write = archive_batches(self.archiver, src.name,
                                 on_batch=lambda res, _df, n=src.name: self.waits.archived(n, res))
@@ -158,6 +164,21 @@ class SourceRegistry:
             if src.query is not None:
                 stop_between_batches(src.query, grace_s)
                 src.query = None
+
+    def remove(self, name: str, grace_s: float) -> Source | None:
+        """Stop the archive query of source ``name`` between batches and unregister it
+        (its archived stream stays); None when it is not registered. A source a read
+        archives (``shared_by``) is only released: its reader's flow is stopped by the
+        caller."""
+        src = self.by_name.pop(name, None)
+        if src is None:
+            return None
+        self.waits.stopped(name)  # no wait on it holds an event's contexts up any longer
+        if src.query is not None:
+            stop_between_batches(src.query, grace_s)
+            src.query = None
+        src.reader = None
+        return src
 
     # -- what the archive waits ask (moirae.ingest.archive_waits.ArchivedStreams) -----
 

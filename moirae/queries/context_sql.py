@@ -16,6 +16,12 @@ restricted to ``[min ts - window, max ts + after]`` of the batch, so the query's
 follows the batch, not the archive. The live path and batch re-materialization (M 4.2)
 run the same text, so live and past contexts are computed alike.
 
+It may also read reference tables (:mod:`archive.reference`), e.g. ``JOIN servers r ON
+r.sid = e.sid``: each event sees the rows valid at its own time. The batch is split at
+the instants the tables it reads changed (usually none), and each part is read as of its
+events' time, so a reloaded table never changes a past event's context, live or
+re-materialized.
+
 A Spark context-query costs a Spark job per batch (about a second on a loaded 2-core
 machine); this costs one indexed SQL read (milliseconds), which is what keeps an
 event's context and its first similar past incident within a few triggers of the
@@ -24,6 +30,10 @@ event's window closing.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import timedelta
 
 import pandas as pd
@@ -45,9 +55,26 @@ _OID_TYPES = {
 }
 
 
-def prepare(event: str, name: str, sql: str, known_streams: set[str]) -> tuple[str, ...]:
+_REFERENCES: ContextVar[frozenset[str]] = ContextVar("moirae_context_references", default=frozenset())
+
+
+@contextmanager
+def references_visible(names) -> Iterator[None]:
+    """Within the block, :func:`prepare` also accepts the reference tables ``names``
+    (the engine declares its reference tables around a context-query's deployment)."""
+    token = _REFERENCES.set(frozenset(names))
+    try:
+        yield
+    finally:
+        _REFERENCES.reset(token)
+
+
+def prepare(event: str, name: str, sql: str, known_streams: set[str],
+            references: set[str] | frozenset[str] | None = None) -> tuple[str, ...]:
     """Validate a SQL context-query; returns the archived streams it reads. Raises
-    :class:`QueryDefinitionError` naming the query and the problem.
+    :class:`QueryDefinitionError` naming the query and the problem. ``references``: the
+    reference tables it may read besides (default: those made visible by
+    :func:`references_visible`); they are not among the streams returned.
 
     >>> prepare("overload", "users", "SELECT e.eid, e.ts, s.sid FROM events e JOIN users s ON s.sid = e.sid",
     ...         {"users"})
@@ -63,7 +90,8 @@ it reads the batch's events from the relation 'events'
         raise QueryDefinitionError(f"{where}: an archived stream is named {EVENTS!r}, the name a SQL "
                                    f"context-query reads its events from; rename the stream")
     try:
-        q = history.prepare(sql, known_streams | {EVENTS})
+        refs = _REFERENCES.get() if references is None else frozenset(references)
+        q = history.prepare(sql, known_streams | {EVENTS}, refs - known_streams)
     except UnsafeQuery as exc:
         raise QueryDefinitionError(f"{where}: {str(exc).replace('history-query', 'SQL')}") from None
     if q.params:
@@ -76,16 +104,36 @@ it reads the batch's events from the relation 'events'
 
 def run(archiver, sql: str, inputs: tuple[str, ...], events: pd.DataFrame, ev_spec, window: timedelta,
         after: timedelta, what: str) -> tuple[pd.DataFrame, dict[str, ColumnType]]:
-    """Run a SQL context-query for ``events`` (one statement); returns its rows and the
-    archive type of each result column."""
+    """Run a SQL context-query for ``events`` (one statement per version of the
+    reference tables it reads); returns its rows and the archive type of each result column."""
+    refs = getattr(archiver, "references", None)
+    read = history.prepare(sql, set(inputs) | {EVENTS}, refs.names() if refs is not None else set()).references
+    if read and len(events) > 1:
+        cuts = refs.change_times(read)
+        part = [bisect_right(cuts, t) for t in pd.to_datetime(events[ev_spec.ts_col], utc=True)]
+        if len(set(part)) > 1:  # the tables changed within the batch: each side reads its own version
+            groups = pd.Series(part, index=events.index)
+            outs = [_run_one(archiver, sql, inputs, events[groups == g], ev_spec, window, after, what, read)
+                    for g in sorted(set(part))]
+            frame = pd.concat([f for f, _ in outs], ignore_index=True)
+            return frame, outs[0][1]
+    return _run_one(archiver, sql, inputs, events, ev_spec, window, after, what, read)
+
+
+def _run_one(archiver, sql: str, inputs: tuple[str, ...], events: pd.DataFrame, ev_spec, window: timedelta,
+             after: timedelta, what: str, read: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, ColumnType]]:
     ts = ev_spec.ts_col
     cols = [c for c, _ in ev_spec.id_columns if c in events.columns]
     types = dict(ev_spec.id_columns)
     arrays = ", ".join(f"%(__ev{i})s::{types[c].value}[]" for i, c in enumerate(cols))
     events_cte = (f"WITH {EVENTS} AS (SELECT * FROM unnest({arrays}) AS {EVENTS}"
                   f"({', '.join(quote(c) for c in cols)}))")
-    text = history.render(sql, tuple((s, archiver.stream(s).ts_col) for s in inputs))
+    text = history.render(sql, tuple((s, archiver.stream(s).ts_col) for s in inputs),
+                          archiver.reference_refs(read) if read else ())
     bound = {f"__ev{i}": _values(events[c]) for i, c in enumerate(cols)}
+    if read:  # every event of this call sees the same version (run): read it as of the first
+        bound["__as_of"] = (pd.to_datetime(events[ts], utc=True).min().to_pydatetime() if len(events)
+                            else pd.Timestamp(0, tz="UTC").to_pydatetime())
     if len(events):
         lo = events[ts].min() - window
         hi = events[ts].max() + after + timedelta(microseconds=1)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from moirae.config import Settings
     from moirae.incidents.store import IncidentStore
     from moirae.ingest.events import EventLog
+    from moirae.rules.store import DispositionStore
     from recall.outputs import Bus, StoredOutputs
     from recall.task import TaskView
 
@@ -63,6 +64,10 @@ class ReadSurface(Protocol):
         """The archive; the fronts only read it (``status``, ``chunks``, ``stream``,
         ``streams``, ``read``; :mod:`moirae.read.archive_view` for dead letters and series)."""
 
+    @property
+    def dispositions(self) -> DispositionStore:
+        """The alerts' dispositions under the rules (``get``, ``of``, ``list_events``; :mod:`moirae.rules`)."""
+
     def steerable(self) -> bool:
         """Whether steering can act: an engine with a Recall Manager runs in this process."""
 
@@ -88,6 +93,11 @@ class ReadSurface(Protocol):
     def live_status(self) -> dict[str, Any] | None:
         """The live path's health (archive waits, event-queries, workers), or None."""
 
+    def monitors(self) -> list[dict[str, Any]]:
+        """The deployed monitors (:mod:`moirae.deploy.lifecycle`): ``name``, ``version``,
+        ``state``, ``deployed_at``; a running engine adds what each deployed, rows per
+        second, alerts, open tasks and the materialized span."""
+
 
 @runtime_checkable
 class SteerSurface(Protocol):
@@ -102,6 +112,13 @@ class SteerSurface(Protocol):
 
     def accelerate(self, eid: str, tickets: int = 100) -> int:
         """Give every recall task of ``eid`` ``tickets`` more; returns how many."""
+
+    def deploy_text(self, text: str) -> dict[str, Any]:
+        """Deploy the monitor a monitor file's ``text`` declares, on the running engine
+        (the same version again: ``unchanged``; another: ``updated``)."""
+
+    def undeploy_monitor(self, name: str, drop_archive: bool = False) -> dict[str, Any]:
+        """Retire monitor ``name``; its archive is kept unless ``drop_archive``."""
 
 
 @runtime_checkable

@@ -19,9 +19,11 @@ from typing import Any
 
 from ananke.store import GraphStore
 from archive import Archiver, Database
+from moirae.deploy.lifecycle import stored_monitors
 from moirae.incidents.store import IncidentStore
 from moirae.ingest.events import EventLog, EventRecord
 from moirae.read.errors import EngineNotRunning
+from moirae.rules.store import DispositionStore
 from moirae.runtime.store import database_dsn
 from recall.api import Interval, Output, OutputKind
 from recall.outputs import TABLE, Bus, StoredOutputs
@@ -46,6 +48,7 @@ class ReadOnlyEngine:
         self._incidents = IncidentStore(self.db, publish=None, events=self._events)
         self._results = StoredOutputs(self.db)
         self._bus = Bus()
+        self._dispositions: DispositionStore | None = None
         self._graphs: dict[str, GraphStore | None] = {}
         self.tail = DbTail(self.db, self._bus, poll, self._incidents) if poll else None
         if self.tail is not None:
@@ -72,6 +75,12 @@ class ReadOnlyEngine:
     @property
     def archive(self) -> Archiver:
         return self._archiver
+
+    @property
+    def dispositions(self) -> DispositionStore:
+        if self._dispositions is None:
+            self._dispositions = DispositionStore(self.db)
+        return self._dispositions
 
     def steerable(self) -> bool:
         return False
@@ -110,6 +119,10 @@ class ReadOnlyEngine:
     def live_status(self) -> None:
         return None  # no live path in this process
 
+    def monitors(self) -> list[dict[str, Any]]:
+        """The deployed set as the engine last recorded it (no rates: it runs elsewhere)."""
+        return stored_monitors(self.db)
+
     # -- SteerSurface: nothing to steer here -------------------------------------------
 
     def cancel(self, eid: str) -> int:
@@ -120,6 +133,12 @@ class ReadOnlyEngine:
 
     def accelerate(self, eid: str, tickets: int = 100) -> int:
         raise EngineNotRunning(f"no engine is running in this process; cannot steer event {eid!r}")
+
+    def deploy_text(self, text: str) -> dict[str, Any]:
+        raise EngineNotRunning("no engine is running in this process; cannot deploy a monitor")
+
+    def undeploy_monitor(self, name: str, drop_archive: bool = False) -> dict[str, Any]:
+        raise EngineNotRunning(f"no engine is running in this process; cannot undeploy monitor {name!r}")
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -182,7 +201,8 @@ class DbTail:
         """One round; returns how many items were published."""
         n = 0
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT event, eid, ts, attrs, context, surrounding, detected_at FROM moirae_events "
+            cur.execute("SELECT event, eid, ts, attrs, context, surrounding, detected_at, monitor, version "
+                        "FROM moirae_events "
                         "WHERE detected_at >= %s ORDER BY detected_at, eid LIMIT 5000",
                         (self.last_detected - LOOKBACK,))
             events = cur.fetchall()
@@ -199,7 +219,7 @@ class DbTail:
                 continue
             self._seen[r[1]] = r[6]
             self.last_detected = max(self.last_detected, r[6])
-            rec = EventRecord(*r[:4], context=r[4], surrounding=r[5])
+            rec = EventRecord(*r[:4], context=r[4], surrounding=r[5], monitor=r[7], version=r[8])
             self.bus.publish({"type": "event", **rec.to_json()})
             n += 1
         horizon = self.last_detected - LOOKBACK

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from moirae.read.search_view import searches
 from recall.api import Output, OutputKind
 from recall.outputs import jsonable
 from recall.revision_ops import apply_revision
@@ -53,15 +54,28 @@ def running(engine) -> bool:
 
 def event_summary(record) -> dict[str, Any]:
     """One event of the log, as the list shows it."""
-    return {"event": record.event, "eid": record.eid, "ts": _iso(record.ts), "attrs": jsonable(record.attrs)}
+    out = {"event": record.event, "eid": record.eid, "ts": _iso(record.ts), "attrs": jsonable(record.attrs)}
+    if getattr(record, "monitor", None) is not None:  # raised by a monitor: which one, which version
+        out.update(monitor=record.monitor, version=record.version)
+    return out
 
 
 def event_list(engine, event: str | None = None, since: datetime | None = None, until: datetime | None = None,
-               limit: int = 50, offset: int = 0) -> dict[str, Any]:
-    """Events newest first, filtered by event-query name and ``since <= ts < until``."""
-    records = engine.events.list(event, since, until, limit, offset)
-    return {"events": [event_summary(r) for r in records], "limit": limit, "offset": offset,
-            "count": len(records)}
+               limit: int = 50, offset: int = 0, suppressed: bool | None = None) -> dict[str, Any]:
+    """Events newest first, filtered by event-query name and ``since <= ts < until``, and
+    with ``suppressed`` by whether a rule suppresses them now (:mod:`moirae.rules`); each
+    judged by a rule carries its ``disposition`` and whether it is ``final``."""
+    if suppressed is None:
+        records = engine.events.list(event, since, until, limit, offset)
+    else:
+        from moirae.ingest.events import EventRecord
+
+        rows = engine.dispositions.list_events(suppressed, event, since, until, limit, offset)
+        records = [EventRecord(*r[:4], context=r[4], surrounding=r[5]) for r in rows]
+    store = getattr(engine, "dispositions", None)
+    judged = store.of(r.eid for r in records) if records and store is not None else {}
+    return {"events": [{**event_summary(r), **judged.get(r.eid, {})} for r in records], "limit": limit,
+            "offset": offset, "count": len(records)}
 
 
 def event_detail(engine, eid: str) -> dict[str, Any] | None:
@@ -86,8 +100,11 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
         "similar_status": similarity_status(results),
         "novel": (similarity_status(results) or {}).get("novel"),  # None until the search ends
         "incident": _incident_of(engine, eid),
+        # the rules' verdict and its changes (moirae.rules)
+        "disposition": engine.dispositions.get(eid) if hasattr(engine, "dispositions") else None,
         "results": results,
-        "progress": progress(engine, eid),
+        "progress": (tasks := progress(engine, eid)),
+        "searches": searches(tasks, results),  # how far back each search went, what remains
         "boundary": None if boundary is None else {"seq": boundary.seq, **jsonable(dict(boundary.row))},
         "provenance": provenance(engine, record),
         "engine_running": running(engine),

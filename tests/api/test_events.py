@@ -7,18 +7,18 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from fastapi.testclient import TestClient
 
 from moirae.api import create_app
 from recall.api import Interval, Output, OutputKind
 from tests.api.api_helpers import T0, add_event, suspended, wait_for
+from tests.api.api_helpers import client as api_client
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def client(engine):
-    return TestClient(create_app(engine))
+    return api_client(create_app(engine))
 
 
 def test_list_filters_and_pages(engine, client):

@@ -7,11 +7,11 @@ with a 422 in words, and a resolution shows in a later event's similar list."""
 from __future__ import annotations
 
 import pytest
-from fastapi.testclient import TestClient
 
 from moirae.api import create_app
 from recall.api import Output, OutputKind
 from tests.api.api_helpers import add_event
+from tests.api.api_helpers import client as api_client
 
 pytestmark = pytest.mark.postgres
 
@@ -31,7 +31,7 @@ def test_incidents_list_detail_and_actions(engine):
                                         {"sid": "s0", "mean_bw": 50.0, "sd_bw": 10.0, "n": 99}, None))
     engine.deploy.incidents.on_output(Output("hist", "a2", add_event.__globals__["T0"], OutputKind.INSERT, 1, "s0",
                                              {"sid": "s0", "mean_bw": 50.0, "sd_bw": 10.0, "n": 99}, None))
-    client = TestClient(create_app(engine))
+    client = api_client(create_app(engine))
     r = client.get("/api/incidents").json()
     assert [i["id"] for i in r["incidents"]] == ["a3", "b1", "a1"] and r["total"] == 3
     assert client.get("/api/incidents?limit=1&offset=1").json()["incidents"][0]["id"] == "b1"
@@ -62,7 +62,7 @@ def test_incidents_list_detail_and_actions(engine):
 
 def test_incident_actions_need_the_token(engine):
     add_event(engine, "a1", 20, submit=False)
-    client = TestClient(create_app(engine, token="s3cret"))
+    client = api_client(create_app(engine, token="s3cret"), token=False)
     assert client.post("/api/incidents/a1/acknowledge").status_code == 401
     ok = client.post("/api/incidents/a1/acknowledge", headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200 and ok.json()["acknowledged_by"] == "anonymous"

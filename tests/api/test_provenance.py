@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from fastapi.testclient import TestClient
 
 from ananke.items import Edge, Label, SinkVertex, SourceVertex
 from ananke.store import GraphStore
 from moirae.api import ReadOnlyEngine, create_app
 from tests.api.api_helpers import T0, add_event
+from tests.api.api_helpers import client as api_client
 
 pytestmark = pytest.mark.postgres
 
@@ -37,7 +37,7 @@ def test_contributing_tuples_with_expiry(engine):
 
     ro = ReadOnlyEngine(engine.settings, poll=None)
     try:
-        prov = TestClient(create_app(ro)).get("/api/events/ov:s1").json()["provenance"]
+        prov = api_client(create_app(ro)).get("/api/events/ov:s1").json()["provenance"]
     finally:
         ro.close()
     assert prov["available"] is True
@@ -52,5 +52,5 @@ def test_contributing_tuples_with_expiry(engine):
 
 def test_no_graph_means_no_provenance(engine):
     add_event(engine, "ev1", 30, submit=False)
-    prov = TestClient(create_app(engine)).get("/api/events/ev1").json()["provenance"]
+    prov = api_client(create_app(engine)).get("/api/events/ev1").json()["provenance"]
     assert prov == {"available": False, "sources": []}

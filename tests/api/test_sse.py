@@ -73,7 +73,8 @@ def test_recall_outputs_of_a_live_event_stream_in(engine, server):
         assert kind == "insert" and data["eid"] == "ev1" and data["operator"] == "hist"
         assert data["row"]["sid"] == "s0" and data["covered"] == ["2024-03-01T02:50:00+00:00",
                                                                    "2024-03-01T03:00:00+00:00"]
-        client.post("/api/events/ev1/cancel")
+        token = server.app.state.access.token  # the engine's local token (no api.token configured)
+        assert client.post("/api/events/ev1/cancel", headers={"Authorization": f"Bearer {token}"}).status_code == 200
         kind, data = next(m for m in msgs if m[0] != "comment")
         assert kind == "boundary" and data["eid"] == "ev1" and list(data["row"]["ended"].values()) == ["cancelled"]
 

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pandas as pd
 import pytest
-from fastapi.testclient import TestClient
 
 from archive.streams import StreamSpec
 from moirae.api import create_app
 from moirae.base.errors import MoiraeError
 from moirae.ingest.events import EventRecord
 from recall.operator import Recall
+from tests.api.api_helpers import client as api_client
 from tests.engine_factory import make_engine
 from tests.faults.fault_helpers import measuring
 
@@ -184,7 +184,7 @@ def _api_attempts(engine, attempts: dict) -> list[str]:
     """Every payload in every API parameter; the effects seen (a server error, or a
     filter that matched events)."""
     effects = []
-    client = TestClient(create_app(engine))
+    client = api_client(create_app(engine))
     for p in PAYLOADS:
         for method, url, params in (("get", "/api/events", {"type": p}), ("get", "/api/events", {"since": p}),
                                     ("get", f"/api/events/{p}", None), ("get", "/api/archive/chunks", {"stream": p}),

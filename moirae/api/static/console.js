@@ -33,13 +33,22 @@ function words(status, body) {
   } else if (typeof d === 'string') m = d;
   else if (body && typeof body.message === 'string') m = body.message;
   else m = 'the server answered with status ' + status;
-  const what = {401: 'Not allowed: the API token is missing or wrong. ', 404: 'Not found: ', 409: 'Not possible now: ',
+  const what = {401: 'Not allowed: the API token is missing or wrong. ', 403: 'Refused: ', 404: 'Not found: ', 409: 'Not possible now: ',
+                413: 'Too large: ', 429: 'Slow down: ',
                 422: 'Invalid input: ', 500: 'Server error: '}[status] || '';
   return what + m;
+}
+// the console's session: on loopback the page carries its CSRF token; elsewhere the typed
+// token is exchanged for a session (POST /api/session), which the live stream needs
+let csrf = (document.querySelector('meta[name="moirae-csrf"]') || {}).content || '';
+async function ensureSession() {
+  if (csrf || !$('#token').value) return;
+  try { csrf = (await api('/api/session', {method: 'POST'})).csrf; } catch (e) { feedback('err', e.message); }
 }
 async function api(path, opts = {}) {
   const h = {'Content-Type': 'application/json'}, t = $('#token').value;
   if (t) h.Authorization = 'Bearer ' + t;
+  if (csrf) h['X-CSRF-Token'] = csrf;
   let r;
   try { r = await fetch(path, {...opts, headers: h}); } catch (e) { throw new Error('The server cannot be reached: ' + e.message); }
   const body = await r.json().catch(() => null);
@@ -284,7 +293,9 @@ function similar(ev) {
   const st = ev.similar_status, rows = ev.similar;
   let h = '';
   const ended = st && st.status && !['suspended', 'running'].includes(st.status);
-  if ((st && st.novel) || (ended && !rows.length)) h += `<p>${badge('novel', 'novel')} nothing in the history searched is similar to this incident.</p>`;
+  if ((st && st.novel) || (ended && !rows.length)) h += (st && st.whole_archive === false && st.searched_back_to)
+    ? `<p>${badge('novel', 'novel')} nothing similar since ${esc(day(st.searched_back_to))}: older history was not searched${st.remaining_chunks ? ' (' + st.remaining_chunks + ' chunks)' : ''}.</p>`
+    : `<p>${badge('novel', 'novel')} nothing in the history searched is similar to this incident.</p>`;
   if (!ended) {
     const ops = new Set(Object.entries(ev.results || {}).filter(([, r]) => r.similarity).map(([op]) => op));
     const t = ev.progress.find(t => ops.has(t.operator) && t.state === 'suspended');
@@ -305,8 +316,12 @@ function progress(ev) {
   const tasks = ev.progress.filter(t => !t.materialization);
   if (!tasks.length) return `<p class="muted">${ev.boundary ? 'The history search has ended.' : 'No history search in this process.'}</p>`;
   return tasks.map(t => {
-    const back = t.covered ? `searched back to ${esc(day(t.covered[0]))}` : 'not started';
-    return `<div><b>${esc(t.operator)}</b>: ${back}, ${t.chunks_done} of ${t.chunks_total} chunks · ${badge('v-unknown', t.state)}${t.tickets != null ? ' · ' + t.tickets + ' tickets' : ''}</div>`;
+    const to = t.searched_back_to || (t.covered && t.covered[0]);
+    const back = to ? `searched back to ${esc(day(to))}` : 'not started';
+    const rest = t.remaining_chunks ? `, ${t.remaining_chunks} chunk(s) to go` : '';
+    const raw = t.reprocessed_chunks ? ` · ${t.reprocessed_chunks} older chunk(s) re-processed` : '';
+    const mat = t.materialized_until ? ` · materialized from ${esc(day(t.materialized_until))}` : '';
+    return `<div><b>${esc(t.operator)}</b>: ${back}, ${t.chunks_done} of ${t.chunks_total} chunks${rest}${raw}${mat} · ${badge('v-unknown', t.state)}${t.tickets != null ? ' · ' + t.tickets + ' tickets' : ''}</div>`;
   }).join('');
 }
 function provenance(p) {
@@ -326,24 +341,65 @@ async function showArchive() {
   } catch (e) { $('#arch').innerHTML = `<p class="fb err">${esc(e.message)}</p>`; }
 }
 
+// -- the monitors page: deployed monitors, deploy a file, undeploy ----------------------------
+async function showMonitors() {
+  selected = null;
+  $('#main').innerHTML = '<h2>Monitors</h2><div id="fb"></div><div id="mons"><p class="muted">Loading…</p></div>' +
+    '<h3>Deploy a monitor file</h3><textarea id="monfile" rows="10" cols="70" aria-label="monitor file" placeholder="name: …"></textarea>' +
+    '<p><button id="mondeploy">Deploy</button></p>';
+  $('#mondeploy').onclick = async () => {
+    try {
+      const r = await api('/api/monitors', {method: 'POST', body: JSON.stringify({text: $('#monfile').value})});
+      feedback('ok', `Monitor ${r.name}: ${r.result}, version ${r.version}` + (r.previous ? ` (was ${r.previous})` : '') + '.');
+      loadMonitors();
+    } catch (e) { feedback('err', e.message); }
+  };
+  loadMonitors();
+}
+async function loadMonitors() {
+  try {
+    const rows = (await api('/api/monitors')).monitors;
+    const span = m => m.materialized && m.materialized.units ? `${when(m.materialized.from)} – ${when(m.materialized.until)}` : '—';
+    $('#mons').innerHTML = !rows.length ? '<p class="muted">No monitors deployed.</p>' :
+      '<table id="montable"><tr><th>monitor</th><th>version</th><th>state</th><th class="n">rows/s</th><th class="n">alerts</th><th class="n">open tasks</th><th>materialized</th><th></th></tr>' +
+      rows.map(m => `<tr><td>${esc(m.name)}</td><td><code>${esc(m.version)}</code></td><td>${esc(m.state)}${m.error ? ' — ' + esc(m.error) : ''}</td>` +
+        `<td class="n">${m.rows_per_s == null ? '—' : num(m.rows_per_s)}</td><td class="n">${m.alerts == null ? '—' : m.alerts}</td>` +
+        `<td class="n">${m.open_tasks == null ? '—' : m.open_tasks}</td><td>${span(m)}</td>` +
+        `<td><button data-undeploy="${esc(m.name)}">Undeploy</button> <label><input type="checkbox" data-drop="${esc(m.name)}"> drop archive</label></td></tr>`).join('') + '</table>';
+    document.querySelectorAll('[data-undeploy]').forEach(b => b.onclick = async () => {
+      const name = b.getAttribute('data-undeploy');
+      const drop = [...document.querySelectorAll('[data-drop]')].find(c => c.getAttribute('data-drop') === name).checked;
+      try {
+        const r = await api(`/api/monitors/${encodeURIComponent(name)}` + (drop ? '?drop_archive=true' : ''), {method: 'DELETE'});
+        feedback('ok', `Monitor ${r.name} undeployed in ${num(r.seconds)} s` + (drop ? ', its archive dropped.' : ', its archive kept.'));
+        loadMonitors();
+      } catch (e) { feedback('err', e.message); }
+    });
+  } catch (e) { $('#mons').innerHTML = `<p class="fb err">${esc(e.message)}</p>`; }
+}
+
 // -- routing and live updates ---------------------------------------------------------------
 function route() {
   const h = location.hash;
-  document.querySelectorAll('header nav a').forEach(a => a.classList.toggle('on', (h.startsWith('#/archive')) === (a.getAttribute('href') === '#/archive')));
+  const section = h.startsWith('#/archive') ? '#/archive' : h.startsWith('#/monitors') ? '#/monitors' : '#/';
+  document.querySelectorAll('header nav a').forEach(a => a.classList.toggle('on', a.getAttribute('href') === section));
   if (h.startsWith('#/incident/')) showIncident(decodeURIComponent(h.slice(11)));
   else if (h.startsWith('#/archive')) showArchive();
+  else if (h.startsWith('#/monitors')) showMonitors();
   else { selected = null; $('#main').innerHTML = '<p class="muted">Select an incident.</p>'; renderList(); }
 }
 $('#token').value = localStorage.getItem('moiraeToken') || '';
-$('#token').onchange = e => localStorage.setItem('moiraeToken', e.target.value);
+$('#token').onchange = e => { localStorage.setItem('moiraeToken', e.target.value); ensureSession().then(startStream); };
 $('#fstatus').onchange = e => { list.status = e.target.value; list.offset = 0; loadList(); };
 $('#ftype').onchange = e => { list.type = e.target.value; list.offset = 0; loadList(); };
 $('#prev').onclick = () => { list.offset = Math.max(0, list.offset - list.limit); loadList(); };
 $('#next').onclick = () => { list.offset += list.limit; loadList(); };
 window.addEventListener('hashchange', route);
-loadList().then(route);
-const es = new EventSource('/api/stream');
-let streamLost = false;  // changes made while the stream was down are only in a new snapshot
+ensureSession().then(() => { loadList().then(route); startStream(); });
+let es = null, streamLost = false;  // changes made while the stream was down are only in a new snapshot
+function startStream() {
+if (es && es.readyState !== EventSource.CLOSED) return;
+es = new EventSource('/api/stream');
 es.onopen = () => { $('#conn').textContent = 'live'; if (streamLost) { streamLost = false; loadList(); } };
 es.onerror = () => { $('#conn').textContent = 'reconnecting…'; streamLost = true; };
 es.addEventListener('incident', m => onIncident(JSON.parse(m.data)));
@@ -351,3 +407,4 @@ for (const k of ['insert', 'update', 'delete', 'boundary']) es.addEventListener(
   const o = JSON.parse(m.data);
   if (o.eid === selected) scheduleRefresh();
 });
+}

@@ -1,3 +1,12 @@
 """One module per CLI command; importing this package registers them all."""
 
-from moirae.cli.commands import archive_status, console, rematerialize, replay, run, steer  # noqa: F401
+from moirae.cli.commands import (  # noqa: F401
+    archive_status,
+    console,
+    monitors,
+    reference,
+    rematerialize,
+    replay,
+    run,
+    steer,
+)

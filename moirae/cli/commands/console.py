@@ -18,7 +18,8 @@ def console(args) -> int:
     from moirae.api import serve
     from moirae.read.readonly import ReadOnlyEngine
 
-    settings = config.load(args.config)
+    tls = {k: v for k, v in (("tls_cert", args.tls_cert), ("tls_key", args.tls_key)) if v}
+    settings = config.load(args.config, {"api": tls} if tls else None)
     host = args.host or settings.api.host
     port = settings.api.port if args.port is None else args.port
     engine = ReadOnlyEngine(settings)

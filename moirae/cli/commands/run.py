@@ -1,5 +1,11 @@
 """``moirae run``: the main job.
 
+With ``--monitors PATH`` it deploys the monitor files there (a file or a folder of
+``*.yaml``) once the engine runs. Monitors deployed before (``moirae deploy``, an
+earlier ``--monitors``) come back at every start (:mod:`moirae.deploy.lifecycle`). The
+built-in scenario runs when ``--scenario`` names it, or when there are no monitors
+(neither ``--monitors`` nor any deployed before).
+
 It starts the engine on the configured scenario (by default ``cluster``: the Moirae
 paper's server cluster, its history loaded into the archive once and its overload
 history materialized; ``host``: this machine), deploys the paper's example queries
@@ -43,24 +49,43 @@ def install_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
 
+def deploy_monitors(engine, path: str | None) -> None:
+    """Deploy the monitor files ``path`` names on the started engine (each added, or
+    updating the restored one of its name), then list the deployed set."""
+    from moirae.cli.commands.monitors import monitor_files
+
+    for f in monitor_files(path) if path else []:
+        out = engine.deploy_text(f.read_text(encoding="utf-8"), origin=str(f))
+        print(f"moirae: {f}: monitor {out['name']} {out['result']}, version {out['version']}", flush=True)
+    for m in engine.monitors():
+        print(f"moirae: monitor {m['name']} version {m['version']}: {m['state']}"
+              + (f" ({m['error']})" if m.get("error") else ""), flush=True)
+
+
 @command("run")
 def run(args) -> int:
     from moirae import Engine
     from moirae.api import ApiError
     from moirae.api.server import serve
+    from moirae.deploy.lifecycle import stored_monitors
     from moirae.scenarios import deploy
 
     install_sigterm()
     overrides = {"scenario": args.scenario} if args.scenario else {}
+    tls = {k: v for k, v in (("tls_cert", args.tls_cert), ("tls_key", args.tls_key)) if v}
+    if tls:
+        overrides["api"] = tls
     engine = Engine.from_config(args.config, **overrides)
     server = printer = None
     try:
         print(f"moirae: scenario {engine.settings.scenario}; archive schema {engine.settings.postgres.schema}; "
               f"data dir {engine.data_dir}", flush=True)
-        info = deploy(engine.settings.scenario, engine)
-        print(f"moirae: deployed {json.dumps(info, default=str)}", flush=True)
+        if args.scenario or (args.monitors is None and not stored_monitors(engine.db)):
+            info = deploy(engine.settings.scenario, engine)
+            print(f"moirae: deployed {json.dumps(info, default=str)}", flush=True)
         printer = BoardPrinter(engine).start()
-        engine.start()
+        engine.start()  # brings back the monitors deployed before (moirae_monitors)
+        deploy_monitors(engine, args.monitors)
         try:
             server = serve(engine)
             where = f"API and console on {server.url}"
