@@ -50,7 +50,13 @@ from moirae.delivery.errors import DeliveryConfigError, DeliveryError, DeliveryF
 from moirae.incidents.errors import IncidentError, NoSuchIncident
 from moirae.queries.errors import QueryDefinitionError
 from moirae.rules.errors import RuleError
-from moirae.runtime.errors import CheckpointMismatch, ClusterStartError, EngineError, JavaMissing, RuntimeFailure
+from moirae.runtime.errors import (
+    CheckpointMismatch,
+    ClusterStartError,
+    EngineError,
+    JavaMissing,
+    RuntimeFailure,
+)
 from moirae.sources.errors import (
     InvalidDelayRange,
     InvalidFraction,

@@ -15,6 +15,10 @@
    alerts are sent *resolved*.
 4. Firing Alertmanager alerts are posted again every ``resend`` seconds so Alertmanager
    does not expire them (its ``resolve_timeout``).
+5. An event-query under a suppress rule (:mod:`moirae.rules`) is *gated*: its alerts are
+   sent only once :meth:`AlertRouter.release` is called for them, which the rules do
+   exactly when an alert is handed to the incident store (raised, escalated, or its
+   norm's hold ran out). A suppressed alert is never sent: it pages no one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +57,7 @@ class Held:
     changed: bool = False  # similarity rows arrived after the last send
     last_update: float = 0.0
     last_resend: float = field(default_factory=time.monotonic)
+    released: bool = True  # False while a rule may still suppress it (item 5 of the module doc)
 
 
 class AlertRouter:
@@ -72,6 +78,8 @@ class AlertRouter:
         self._pool: ThreadPoolExecutor | None = None
         self._sub = None
         self._thread: threading.Thread | None = None
+        self.gated: Callable[[str], bool] = lambda event_query: False
+        self._released: set[str] = set()  # eids released by the rules, maybe before their event came by
 
     # -- configuration -----------------------------------------------------------------
 
@@ -85,6 +93,14 @@ class AlertRouter:
             else:
                 self.routes.pop(event_query, None)
         return parsed
+
+    def release(self, page: dict[str, Any]) -> None:
+        """A pager of :class:`moirae.rules.book.RuleBook`: the alert ``page["eid"]`` of a
+        gated event-query may be sent (it was handed to the incident store)."""
+        with self._lock:
+            if len(self._released) >= MAX_HELD:
+                self._released.clear()
+            self._released.add(str(page["eid"]))
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -136,7 +152,8 @@ class AlertRouter:
             if targets and item.get("eid") not in self._held:
                 if len(self._held) >= MAX_HELD:
                     self._forget_oldest()
-                self._held[str(item["eid"])] = Held(item, time.monotonic(), list(targets))
+                self._held[str(item["eid"])] = Held(item, time.monotonic(), list(targets),
+                                                    released=not self.gated(str(item.get("event"))))
         elif kind == "incident" and item.get("status") == "resolved":
             for eid, h in list(self._held.items()):
                 if h.sent is not None and not h.resolved and h.sent.get("incident") == item.get("id"):
@@ -147,6 +164,12 @@ class AlertRouter:
         now = time.monotonic()
         for eid, h in list(self._held.items()):
             if h.sent is None:
+                if not h.released:
+                    with self._lock:
+                        h.released = eid in self._released
+                        self._released.discard(eid)
+                    if not h.released:
+                        continue
                 if h.similar_ready or now - h.seen >= self.wait_similar:
                     self._submit(h, eid, "firing")
             elif not h.resolved:

@@ -323,6 +323,11 @@ class Engine:
                                    d.manager.bus.publish, operators=self._recall_operators)
             self._dispositions = self._rules.store
             d.manager.add_sink(self._rules.on_output)
+            # a suppressed alert pages no one: alerts under a suppress rule go out only
+            # once the rules hand them to the incident store
+            holds = self._rules.holds
+            self.alerts.gated = lambda event_query: event_query in holds
+            self._rules.pagers.append(self.alerts.release)
         return self._rules
 
     def _recall_operators(self) -> dict[str, Any]:

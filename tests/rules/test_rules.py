@@ -182,3 +182,29 @@ def test_rules_of_a_retired_recall_retire_with_it(engine):
     assert engine.rule("overload", "norm", "suppress", name="quiet", k=2.0).name == "quiet"
     calm = alert(engine, "calm", 54.0, minutes=10)
     assert final(engine, calm.eid)["disposition"] == "suppressed"  # the new rule judges the new recall
+
+
+def test_a_suppressed_alert_is_delivered_to_no_webhook(engine):
+    """The alert routes follow the rules: with a suppress rule, a webhook gets the alerts
+    handed to the incident store and never a suppressed one."""
+    from tests.delivery.receiver import Receiver
+
+    hook = Receiver()
+    try:
+        engine.rule("overload", "norm", "suppress", name="quiet", k=1.0, hold="30s")
+        engine.route_alerts("overload", [{"kind": "webhook", "url": hook.url, "retries": 0}])
+        engine.alerts.wait_similar = 0.0  # no Similarity Recall here: send as soon as allowed
+        engine.alerts.start()
+        calm = alert(engine, "calm", 54.0)  # suppressed
+        loud = alert(engine, "steady", 200.0, minutes=5)  # z ~ 15: raised
+        for rec in (calm, loud):  # what the Deploy Manager publishes beside logging the event
+            engine.deploy.manager.bus.publish({"type": "event", **rec.to_json()})
+        assert final(engine, calm.eid)["disposition"] == "suppressed"
+        assert final(engine, loud.eid)["disposition"] == "raised"
+        sent = hook.wait(1, timeout=20)
+        time.sleep(1.0)  # a suppressed alert would have been sent by now
+        assert [body["eid"] for _, body in hook.requests] == [loud.eid], hook.requests
+        assert [body["eid"] for _, body in sent][:1] == [loud.eid]
+    finally:
+        engine.alerts.stop()
+        hook.close()
