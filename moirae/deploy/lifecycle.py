@@ -456,8 +456,10 @@ def python_workers() -> int:
         import psutil
 
         procs = psutil.Process().children(recursive=True)
-        return sum(1 for p in procs if "pyspark.daemon" in " ".join(p.cmdline()) or
-                   "pyspark.worker" in " ".join(p.cmdline())) - 1
+        # the daemon (Spark's own or the engine's, moirae.runtime.worker_daemon) and the
+        # workers it forks share its command line: all but the daemon are workers
+        marks = ("pyspark.daemon", "pyspark.worker", "worker_daemon")
+        return max(0, sum(1 for p in procs if any(m in " ".join(p.cmdline()) for m in marks)) - 1)
     except Exception:  # noqa: BLE001 - psutil missing or a process gone meanwhile: unknown
         return 0
 
