@@ -50,7 +50,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from moirae.sources.errors import SourceError
-from moirae.sources.payloads import decode, options_of, to_arrow
+from moirae.sources.payloads import declared_schema, decode, options_of, to_arrow
 
 FORMAT = "moirae_mqtt"
 _KNOWN = {"topic", "host", "port", "clientid", "qos", "idfield", "dedupwindow", "username", "password",
@@ -184,11 +184,7 @@ class MqttDataSource(DataSource):
         return FORMAT
 
     def schema(self):
-        opts = options_of(self.options)
-        if not opts.get("schema"):
-            raise MqttSourceError(f"{FORMAT} needs a schema: the option 'schema' (a Spark DDL string) "
-                                  "or DataStreamReader.schema(...)")
-        return opts["schema"]
+        return declared_schema(self.options, FORMAT, MqttSourceError)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return MqttStreamReader(parse_options(self.options), schema)

@@ -37,7 +37,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from moirae.sources.errors import SourceError
-from moirae.sources.payloads import decode, options_of, to_arrow
+from moirae.sources.payloads import declared_schema, decode, options_of, to_arrow
 
 FORMAT = "moirae_nats"
 DEFAULT_SERVERS = "nats://127.0.0.1:4222"
@@ -161,11 +161,7 @@ class NatsDataSource(DataSource):
         return FORMAT
 
     def schema(self):
-        opts = options_of(self.options)
-        if not opts.get("schema"):
-            raise NatsSourceError(f"{FORMAT} needs a schema: the option 'schema' (a Spark DDL string) "
-                                  "or DataStreamReader.schema(...)")
-        return opts["schema"]
+        return declared_schema(self.options, FORMAT, NatsSourceError)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return NatsStreamReader(parse_options(self.options), schema)

@@ -122,3 +122,12 @@ def to_arrow(records: list[dict[str, Any]], schema, extra: dict[str, list] | Non
 def options_of(options) -> dict[str, str]:
     """A data source's options with lower-case keys."""
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def declared_schema(options, fmt: str, error: type[Exception]) -> str:
+    """The Spark DDL schema a broker data source ``fmt`` was given (its ``schema`` option,
+    which ``DataStreamReader.schema(...)`` also sets), or ``error`` saying how to give one."""
+    schema = options_of(options).get("schema")
+    if not schema:
+        raise error(f"{fmt} needs a schema: the option 'schema' (a Spark DDL string) or DataStreamReader.schema(...)")
+    return schema

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from moirae.sources.nats import NatsSourceError, last_sequence, parse_options, read_range
+from moirae.sources.nats import NatsDataSource, NatsSourceError, last_sequence, parse_options, read_range
 from tests.sources.brokers import NATS_URL, delete_stream, fresh_stream, need, publish
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +53,9 @@ def test_bad_options_name_the_option():
         parse_options({"stream": "S", "maxBatch": "many"})
     with pytest.raises(NatsSourceError, match="unknown"):
         parse_options({"stream": "S", "sever": "x"})
+    with pytest.raises(NatsSourceError, match="moirae_nats needs a schema: the option 'schema'"):
+        NatsDataSource({"stream": "S"}).schema()
+    assert NatsDataSource({"stream": "S", "Schema": "ts timestamp, v double"}).schema() == "ts timestamp, v double"
 
 
 def _child(args: list[str]) -> subprocess.Popen:
