@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from moirae.sources.errors import SourceError
-from moirae.sources.inbox import Inbox
+from moirae.sources.inbox import Inbox, receiver_source
 
 KIND = "alertmanager"
 DEFAULT_LABELS = ("alertname", "severity", "instance", "job")
@@ -165,18 +165,7 @@ class AlertReceiver:
 
 def build(spark, options: dict, schema=None):
     """The ``alertmanager`` source kind: options ``name``, ``data_dir``, ``labels``."""
-    opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - {"name", "data_dir", "labels"})
-    if unknown:
-        raise AlertPayloadError(f"unknown alertmanager source option(s): {', '.join(unknown)} "
-                                "(known: name, data_dir, labels)")
-    for key in ("name", "data_dir"):
-        if not opts.get(key):
-            raise AlertPayloadError(f"the alertmanager source needs the option {key!r}")
-    labels = parse_labels(opts.get("labels"))
-    inbox = Inbox.create(opts["data_dir"], KIND, str(opts["name"]))
-    (inbox.path.parent / f"{opts['name']}.json").write_text(json.dumps({"labels": list(labels)}))
-    return inbox.stream(spark, schema_ddl(labels))
+    return receiver_source(spark, options, KIND, AlertPayloadError, parse_labels, schema_ddl)
 
 
 def firing(alerts):

@@ -82,3 +82,23 @@ class Inbox:
     def stream(self, spark, schema):
         """The streaming DataFrame over this inbox (files in name order, i.e. arrival)."""
         return spark.readStream.schema(schema).option("latestFirst", "false").parquet(str(self.path))
+
+
+def receiver_source(spark, options: dict, kind: str, error: type[Exception], parse_labels, schema_ddl):
+    """The streaming DataFrame of a receiver source kind (``prometheus``,
+    ``alertmanager``): options ``name`` (the receiver's, in its URL), ``data_dir`` (the
+    engine's) and ``labels`` (label names as columns, parsed by ``parse_labels``; the
+    schema is ``schema_ddl(labels)``). A bad option raises ``error`` naming it."""
+    import json
+
+    opts = {str(k).lower(): v for k, v in options.items()}
+    unknown = sorted(set(opts) - {"name", "data_dir", "labels"})
+    if unknown:
+        raise error(f"unknown {kind} source option(s): {', '.join(unknown)} (known: name, data_dir, labels)")
+    for key in ("name", "data_dir"):
+        if not opts.get(key):
+            raise error(f"the {kind} source needs the option {key!r}")
+    labels = parse_labels(opts.get("labels"))
+    inbox = Inbox.create(opts["data_dir"], kind, str(opts["name"]))
+    (inbox.path.parent / f"{opts['name']}.json").write_text(json.dumps({"labels": list(labels)}))
+    return inbox.stream(spark, schema_ddl(labels))

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from moirae.sources.errors import SourceError
-from moirae.sources.inbox import Inbox
+from moirae.sources.inbox import Inbox, receiver_source
 
 KIND = "prometheus"
 DEFAULT_LABELS = ("job", "instance")
@@ -178,15 +178,4 @@ class RemoteWriteReceiver:
 def build(spark, options: dict, schema=None):
     """The ``prometheus`` source kind: options ``name`` (the receiver's name), ``data_dir``
     (the engine's), ``labels`` (label names as columns; default job, instance)."""
-    opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - {"name", "data_dir", "labels"})
-    if unknown:
-        raise RemoteWriteError(f"unknown prometheus source option(s): {', '.join(unknown)} "
-                               "(known: name, data_dir, labels)")
-    for key in ("name", "data_dir"):
-        if not opts.get(key):
-            raise RemoteWriteError(f"the prometheus source needs the option {key!r}")
-    labels = parse_labels(opts.get("labels"))
-    inbox = Inbox.create(opts["data_dir"], KIND, str(opts["name"]))
-    (inbox.path.parent / f"{opts['name']}.json").write_text(json.dumps({"labels": list(labels)}))
-    return inbox.stream(spark, schema_ddl(labels))
+    return receiver_source(spark, options, KIND, RemoteWriteError, parse_labels, schema_ddl)

@@ -148,3 +148,12 @@ remote_write:
         if server is not None:
             server.stop()
         engine.close()
+
+
+def test_receiver_source_options_name_the_bad_one(tmp_path):
+    from moirae.sources import alerts_in, prometheus
+
+    with pytest.raises(prometheus.RemoteWriteError, match=r"unknown prometheus source option\(s\): lables"):
+        prometheus.build(None, {"name": "node", "data_dir": str(tmp_path), "lables": "job"})
+    with pytest.raises(alerts_in.AlertPayloadError, match="the alertmanager source needs the option 'data_dir'"):
+        alerts_in.build(None, {"name": "am"})
