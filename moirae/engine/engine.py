@@ -32,6 +32,8 @@ from moirae.deploy.lifecycle import named_dsn
 from moirae.deploy.manager import DeployManager
 from moirae.engine.maintenance import Maintenance
 from moirae.engine.metrics import EngineCollector, MetricsTap
+from moirae.engine.monitor_methods import MonitorMethods
+from moirae.engine.rule_methods import RuleMethods
 from moirae.incidents.rules import follow_window
 from moirae.ingest.sources import SourceRegistry
 from moirae.materialize.replica import Materializer
@@ -49,7 +51,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Engine", "EngineError"]
 
 
-class Engine:
+class Engine(MonitorMethods, RuleMethods):
     """One Moirae engine: a Spark session, an archive, and the live queries on them."""
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -201,143 +203,6 @@ class Engine:
         """The live path's own health: archive waits (count, time, timeouts per stream) and
         how far each source is archived."""
         return {**self.sources.waits.status(), **self.deploy.live_status(), "queries": self.supervisor.status()}
-
-    # -- monitors, deployed and retired on a running engine (moirae.deploy.lifecycle) --
-
-    def deploy_monitor(self, name: str, version: str, text: str, apply) -> dict[str, Any]:
-        """Deploy monitor ``name`` at ``version`` (its definition ``text``) as one unit:
-        ``apply(engine)`` declares it through this engine's methods. The same version
-        again does nothing; another version replaces it; a failing ``apply`` leaves the
-        engine as it was (:meth:`moirae.deploy.lifecycle.Lifecycle.deploy`)."""
-        return self.deploy.lifecycle.deploy(name, version, text, lambda: apply(self))
-
-    def undeploy_monitor(self, name: str, drop_archive: bool = False) -> dict[str, Any]:
-        """Retire monitor ``name``: its queries stopped, its tasks cancelled, its state
-        freed; its archive kept unless ``drop_archive``
-        (:meth:`moirae.deploy.lifecycle.Lifecycle.undeploy`)."""
-        out = self.deploy.lifecycle.undeploy(name, drop_archive)
-        self.supervisor.forget([f"{p}_{q}" for q in out["event_queries"] for p in ("event", "ankn")]
-                               + [f"archive_{s}" for s in out["sources_stopped"]])
-        return out
-
-    undeploy = undeploy_monitor
-
-    def _retire_attached(self, event_queries: list[str]) -> None:
-        """Before a monitor's event-queries retire: the rules over their Recalls and their
-        alert routes go (:attr:`moirae.deploy.lifecycle.Lifecycle.on_retire`)."""
-        if self._rules is not None:
-            for name, rule in list(self._rules.rules.items()):
-                if rule.event in event_queries:
-                    self._rules.remove(name)
-        for q in event_queries:
-            self.alerts.route(q, [])
-
-    def deploy_text(self, text: str, origin: str | None = None) -> dict[str, Any]:
-        """Deploy the monitor a monitor file's ``text`` declares (read by
-        :attr:`monitor_loader`); ``origin``, the file it came from, names it in errors and
-        anchors its relative paths."""
-        name, version, apply = self.load_monitor(text, origin)
-        return self.deploy_monitor(name, version, text, apply)
-
-    def load_monitor(self, text: str, origin: str | None = None):
-        """``(name, version, apply)`` of a monitor file's text: :attr:`monitor_loader` when
-        set, else :mod:`moirae.monitors` (validated whole before anything is applied)."""
-        if self.monitor_loader is not None:
-            return self.monitor_loader(text)
-        from moirae.monitors import loader_for
-
-        return loader_for(self)(text, origin or "<monitor>")
-
-    def _loaded(self, text: str):
-        name, version, apply = self.load_monitor(text)
-        return name, version, lambda: apply(self)
-
-    #: ``text -> (name, version, apply)``; None: monitor files (:meth:`load_monitor`)
-    monitor_loader = None
-
-    def monitors(self) -> list[dict[str, Any]]:
-        """The deployed monitors: name, version, state, what each deployed, rows per
-        second, alerts, open tasks, materialized span
-        (:meth:`moirae.deploy.lifecycle.Lifecycle.status`)."""
-        return self.deploy.lifecycle.status(self.supervisor.status()["failed"])
-
-    def footprint(self, samples: int = 5) -> dict[str, Any]:
-        """Spark queries, threads, PostgreSQL sessions and open tasks held now
-        (:func:`moirae.deploy.lifecycle.footprint`; compare with
-        :func:`moirae.deploy.lifecycle.leaks`)."""
-        from moirae.deploy.lifecycle import footprint
-
-        return footprint(self._spark, self.db, self.deploy.manager, samples=samples)
-
-    # -- reference tables and rules over Recall results (moirae.rules; M 3.2, 4.3, 4.6) ----
-
-    def reference_table(self, name: str, *, csv=None, sql: str | None = None, key=None, valid_from=None,
-                        dsn: str | None = None) -> dict[str, Any]:
-        """Load reference table ``name`` (no time attribute: an inventory, owners, teams)
-        from a CSV file or one read-only SELECT (on this database, or on ``dsn``); ``key``
-        names the column(s) identifying a row. Declared again, it is reloaded: a new
-        version, valid from ``valid_from`` (default now; a first load, from always), so
-        history- and context-queries of an alert read the rows valid at its time
-        (:mod:`archive.reference`). Returns what the load changed."""
-        from moirae.rules import reference
-
-        return reference.load(self.archiver, name, csv=csv, sql=sql, key=key, valid_from=valid_from, dsn=dsn)
-
-    def reload_reference_table(self, name: str, *, csv=None, sql: str | None = None, valid_from=None,
-                               dsn: str | None = None) -> dict[str, Any]:
-        """Load a new version of an existing reference table (its key is kept)."""
-        from moirae.rules import reference
-
-        self.archiver.references.meta(name)  # exists, else ReferenceTableError naming the known ones
-        return reference.load(self.archiver, name, csv=csv, sql=sql, valid_from=valid_from, dsn=dsn)
-
-    def reference_tables(self) -> list[dict[str, Any]]:
-        """Each reference table: name, key, columns, version."""
-        return self.archiver.references.status()
-
-    def rule(self, event: str, recall: str, kind: str = "suppress", **options: Any):
-        """Declare a rule over Recall ``recall``'s results for ``event``'s alerts
-        (:meth:`moirae.rules.book.RuleBook.add`): ``kind="suppress"`` keeps alerts within
-        ``k`` standard deviations of their norm out of the incidents (M fig. 2),
-        ``"escalate"`` marks those beyond ``k``, ``"join"`` joins the Recall's output with
-        archived stream ``stream`` on ``on`` under ``analysis="event"`` or ``"present"``
-        (M figs. 10, 12). Options: ``name``, ``k``, ``metric``, ``hold``, ``settle``;
-        ``stream``, ``on``, ``analysis``, ``validity``, ``lookback``."""
-        book = self.rules
-        operators = self._recall_operators()
-        attached = {e: list(ops) for e, ops in self.deploy.operators.items()}
-        return book.add(event, recall, kind, operators=operators, attached=attached, **options)
-
-    def drop_rule(self, name: str):
-        """Retire a rule declared by :meth:`rule` (its held alerts go on to the incidents)."""
-        return self.rules.remove(name)
-
-    @property
-    def rules(self):
-        """The rules over Recall results (:class:`moirae.rules.book.RuleBook`), made on first use."""
-        if self._rules is None:
-            from moirae.rules.book import RuleBook
-
-            d = self.deploy
-            self._rules = RuleBook(self.db, self.archiver, d.events, d.incidents.record, d.results,
-                                   d.manager.bus.publish, operators=self._recall_operators)
-            self._dispositions = self._rules.store
-            d.manager.add_sink(self._rules.on_output)
-            # a suppressed alert pages no one: alerts under a suppress rule go out only
-            # once the rules hand them to the incident store
-            holds = self._rules.holds
-            self.alerts.gated = lambda event_query: event_query in holds
-            self._rules.pagers.append(self.alerts.release)
-        return self._rules
-
-    def _recall_operators(self) -> dict[str, Any]:
-        """The Recall Manager's operators now, by name (rules bind to these objects)."""
-        return {d.operator: d.recall_operator for d in self.deploy.manager.descriptions()}
-
-    @property
-    def dispositions(self):
-        """Alert dispositions under the rules (:class:`moirae.rules.store.DispositionStore`)."""
-        return self._dispositions
 
     # -- lifecycle -------------------------------------------------------------------
 
