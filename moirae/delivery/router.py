@@ -191,12 +191,24 @@ class AlertRouter:
             if h.ended:
                 alert["similar_complete"] = True
             h.sent = alert
+        if status == "firing" and fresh and self._resolved(h.sent.get("incident")):
+            # its incident was resolved while it waited: it goes out resolved, not firing
+            h.resolved, status = True, "resolved"
         alert = {**h.sent, "status": status}
         alert["console"] = self._console(alert)
         for t in h.targets:
             if only is None or t.kind == only:
                 if self._pool is not None:
                     self._pool.submit(self._deliver, t, alert, h.seen)
+
+    def _resolved(self, incident: str | None) -> bool:
+        """Whether ``incident`` is resolved now (a later event would have reopened it)."""
+        if not incident:
+            return False
+        try:
+            return self.incidents.get(incident).get("status") == "resolved"
+        except Exception:  # noqa: BLE001 - unknown incident, or the database away: not resolved
+            return False
 
     def _console(self, alert: dict[str, Any]) -> str:
         base = self.console_url
