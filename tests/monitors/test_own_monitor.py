@@ -170,4 +170,8 @@ def test_own_monitor_raises_alerts_with_context_history_and_similar_incidents(ru
     engine.undeploy_monitor("hot_room")
     assert "hot_room" not in {m["name"] for m in engine.monitors()}
     assert not {q.name for q in engine.spark.streams.active} & {"event_hot_room", "archive_temps", "archive_doors"}
-    assert not leaks(before, engine.footprint())
+    # slack 1: a Spark Python worker reused across the cycle keeps up to
+    # archive.exec_sink.MAX_KEPT_CONNECTIONS archive connections of its own, and may open
+    # its second one meanwhile (same application name, no new worker to count); held
+    # connections of the monitor itself would be more than that
+    assert not leaks(before, engine.footprint(), pool_slack=1)
