@@ -45,7 +45,10 @@ def applier(spec: MonitorSpec, checked: Checked) -> Callable[[Any], None]:
                                                parse_duration(s.chunk_interval))
             engine.source(s.name, df, ts=s.ts, lateness=s.lateness, indexes=list(s.indexes), sparse=s.sparse)
         q = spec.event_query
-        engine.event_query(spec.name, checked.fn, inputs=list(checked.inputs), eid=q.eid, ts=q.ts)
+        if checked.pattern is not None:  # a MATCH_RECOGNIZE row pattern (moirae.monitors.pattern_sql)
+            engine.pattern_query(spec.name, q.sql, inputs=list(checked.inputs), eid=q.eid, ts=q.ts)
+        else:
+            engine.event_query(spec.name, checked.fn, inputs=list(checked.inputs), eid=q.eid, ts=q.ts)
         i = spec.incidents
         if i is not None:
             engine.incidents.configure(spec.name, keys=i.keys, window=_td(i.window), gap=_td(i.gap),

@@ -37,6 +37,7 @@ from sqlglot import exp
 
 from moirae.base.durations import DurationError, parse_duration
 from moirae.monitors.errors import MonitorFileError, MonitorUnavailable, UnsupportedSql
+from moirae.monitors.pattern_sql import check_pattern, is_pattern
 from moirae.monitors.spec import ContextSpec, MonitorSpec, SourceSpec
 from moirae.monitors.sqlquery import CompiledQuery, compile_sql
 
@@ -59,6 +60,7 @@ class Checked:
     inputs: tuple[str, ...] = ()
     output: Any = None  # StructType of the events
     compiled: CompiledQuery | None = None
+    pattern: Any = None  # the CompiledPattern of a MATCH_RECOGNIZE event-query (moirae.monitors.pattern_sql)
     tables: list[tuple[str, dict]] = field(default_factory=list)  # reference tables: name, load arguments
 
 
@@ -213,7 +215,9 @@ def check_event_query(spec: MonitorSpec, engine: Any, out: Checked) -> None:
     q = spec.event_query
     base = ("event_query",)
     declared = {s.name for s in spec.sources}
-    if q.sql is not None:
+    if is_pattern(q.sql):  # a MATCH_RECOGNIZE row pattern (moirae.monitors.pattern_sql)
+        check_pattern(spec, engine, out)
+    elif q.sql is not None:
         columns = {n: [f.name for f in st.fields] for n, st in out.schemas.items()}
         for name in declared - set(columns):
             columns[name] = []

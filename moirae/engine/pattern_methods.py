@@ -1,0 +1,49 @@
+"""The Engine's pattern methods: MATCH_RECOGNIZE event-queries run live (T 4;
+docs/ARCHITECTURE.md, 3.8). A mixin of :class:`moirae.engine.engine.Engine`; it uses the
+engine's ``sources``, ``deploy``, ``db``, ``spark``, ``started`` and ``event_query``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from moirae.queries.errors import QueryDefinitionError
+
+
+class PatternMethods:
+    """Pattern event-queries on an engine (see the module doc)."""
+
+    def pattern_query(self, name: str, sql: str, inputs: str | Sequence[str] | None = None,
+                      eid: str = "eid", ts: str = "ts"):
+        """Deploy a pattern event-query (T 4): ``sql`` is one ``SELECT ... FROM stream
+        MATCH_RECOGNIZE (...)`` (docs/PATTERNS.md) over a registered source (``inputs``,
+        default the FROM stream). Each match is an event: ``eid`` (the same for the same
+        match across replays, restarts and materialization), ``ts`` (its last row's time),
+        the PARTITION BY columns and the MEASURES; its provenance is its bound rows, and
+        U is its WITHIN (which a live pattern needs). A bad pattern, or one naming a
+        column the source lacks, is refused here in one line naming the pattern and the
+        position (:class:`moirae.patterns.PatternError`); a row whose DEFINE fails at run
+        time is a dead letter of the source. Returns the :class:`EventQuery`."""
+        from moirae.patterns.compile import compile_pattern
+        from moirae.patterns.spark_dead import DeadLetterWriter
+        from moirae.patterns.spark_operator import compile_live, pattern_function, rocksdb_start, with_rocksdb
+
+        if inputs is None:
+            inputs = (compile_pattern(sql, name=name).source,)
+        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        if len(inputs) != 1:
+            raise QueryDefinitionError(f"pattern query {name!r} reads one stream, got inputs {list(inputs)}")
+        src = self.sources.get(inputs[0])
+        if src is None:
+            raise QueryDefinitionError(f"pattern query {name!r} reads unknown source {inputs[0]!r} "
+                                       f"(sources: {sorted(self.sources.by_name)})")
+        cp = compile_live(name, sql, src.df.schema, src.ts)
+        dead = DeadLetterWriter(self.db.dsn, self.db.schema, src.name)
+        fn = pattern_function(cp, stream=src.name, payload=src.payload, eid=eid, ts=ts, dead=dead)
+        if self.started:  # the query starts inside event_query
+            with rocksdb_start(self.spark):
+                q = self.event_query(name, fn, list(inputs), eid, ts)
+        else:
+            q = self.event_query(name, fn, list(inputs), eid, ts)
+        flow = self.deploy.flows[name]
+        flow.start = with_rocksdb(self.spark, flow.start)  # every later start of it: restarts, Engine.start
+        return q

@@ -1,0 +1,153 @@
+"""A pattern as an instrumented Ananke operator over a Spark stream (T 4; A 2.3, A 4).
+
+:func:`pattern_stream` takes an instrumented stream (:class:`ananke.query.Provenanced`)
+and a compiled pattern and returns the instrumented stream of its matches:
+
+- the input's rows are grouped by the PARTITION BY columns and run through the stateful
+  processor of :mod:`moirae.patterns.spark_processor`
+  (``transformWithStateInPandas``, event-time mode) on a stream, or through the same
+  code once per key (``applyInPandas``) on a static frame (materialization, M 4.2);
+- each row carries its row id (its source id, the tie-break of equal event times) and
+  the source tuples it came from; a match's provenance is the union over its bound rows
+  (the ``PROV`` column, an array, as after a window);
+- the operator is recorded in the query's operator graph with lag ``WITHIN``
+  (:meth:`ananke.query.Provenanced.stateful`): every row of a match is less than WITHIN
+  older than its last row, and a match is final once the watermark is WITHIN past its
+  first row at the latest, so ANK-1's U follows and expiry works for pattern queries.
+
+Spark's stateful processor API needs the RocksDB state store. Spark records a query's
+state store provider in its checkpoint at its first batch and restores it from there, so
+:func:`rocksdb_start` sets the provider only around the start of a query that has no
+checkpoint yet: other queries keep theirs, and a pattern query restarted from its
+checkpoint gets RocksDB from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+
+from ananke.ids import PROV, source_id_col
+from ananke.query import PROV_TYPE, Provenanced
+from moirae.patterns.compile import CompiledPattern
+from moirae.patterns.errors import PatternSyntaxError, UnboundedPattern
+from moirae.patterns.spark_dead import DeadLetterWriter
+from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, batch_matches, processor
+from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID, measure_types, output_ddl, simple_types
+
+PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_ALL = "moirae_pat_all"  # the one key of a pattern without PARTITION BY
+_starting = threading.Lock()
+
+
+def within(cp: CompiledPattern) -> timedelta:
+    """The pattern's WITHIN; a live pattern needs one (its state and U follow from it)."""
+    if cp.within_ns is None:
+        raise UnboundedPattern(f"pattern {cp.name!r}: a live pattern needs WITHIN (its state and its "
+                               "provenance bound U follow from it)")
+    return timedelta(microseconds=cp.within_ns // 1000)
+
+
+def pattern_stream(inp: Provenanced, cp: CompiledPattern, *, eid: str = "eid", ts: str = "ts",
+                   stream: str | None = None, payload: Sequence[str] | None = None,
+                   dead: DeadLetterWriter | None = None) -> Provenanced:
+    """The instrumented stream of ``cp``'s matches over ``inp`` (module docstring).
+
+    ``stream`` and ``payload`` name the source ``inp`` reads (its rows' ids are then
+    their source ids, with or without provenance columns); without them a row's id is
+    its provenance id. ``dead``: where rows whose DEFINE fails go."""
+    from pyspark.sql import functions as F
+
+    lag = within(cp)
+    if cp.order_by != inp.ts:
+        raise PatternSyntaxError(f"pattern {cp.name!r}: ORDER BY {cp.order_by} is not the stream's event time "
+                               f"{inp.ts!r}")
+    df = inp.df
+    types = simple_types(df.schema)
+    has_prov = PROV in df.columns
+    if stream is not None:
+        rid = source_id_col(stream, inp.ts, list(payload) if payload is not None else
+                            [c for c in inp.columns if c != inp.ts])
+    elif has_prov and inp.single:
+        rid = F.col(f"{PROV}.id")
+    else:
+        rid = F.xxhash64(*[F.col(c) for c in inp.columns])
+    if has_prov and inp.single:
+        ids, tss = F.array(F.col(f"{PROV}.id")), F.array(F.col(f"{PROV}.ts"))
+    elif has_prov:
+        ids, tss = F.transform(PROV, lambda p: p["id"]), F.transform(PROV, lambda p: p["ts"])
+    else:
+        ids, tss = F.array(rid), F.array(F.col(inp.ts))
+    keys = list(cp.partition_by) or [_ALL]
+    needed = list(dict.fromkeys([*cp.partition_by, cp.order_by, *cp.columns_used]))
+    sel = df.select(*[F.col(c) for c in needed], rid.alias(ROW_ID), ids.alias(IN_IDS), tss.alias(IN_TS),
+                    *([] if cp.partition_by else [F.lit(0).alias(_ALL)]))
+    measures = tuple(m for m in measure_types(cp, types) if m not in {eid, ts, *cp.partition_by})
+    core = PatternCore(cp, eid, ts, measures, dead)
+    ddl = output_ddl(cp, types, eid, ts)
+    grouped = sel.groupBy(*keys)
+    if df.isStreaming:
+        out = grouped.transformWithStateInPandas(processor(core), ddl, "Append", "EventTime")
+    else:
+        out = grouped.applyInPandas(batch_matches(core), ddl)
+    cols = [c for c in out.columns if c not in (PROV_IDS, PROV_TS)]
+    if inp.query.enabled:
+        out = out.select(*cols, F.arrays_zip(F.col(PROV_IDS).alias("id"), F.col(PROV_TS).alias("ts"))
+                         .cast(PROV_TYPE).alias(PROV))
+    else:
+        out = out.select(*cols)
+    return inp.stateful(out, lag, ts, f"pattern:{cp.name}", operator="pattern", within=lag)
+
+
+@contextlib.contextmanager
+def rocksdb_start(spark):
+    """Run a query's ``start`` with the RocksDB state store provider set on ``spark``,
+    then put back what was there (see the module docstring). Starts are serialized."""
+    with _starting:
+        before = spark.conf.get(PROVIDER_KEY, None)
+        spark.conf.set(PROVIDER_KEY, ROCKSDB)
+        try:
+            yield
+        finally:
+            if before is None:
+                spark.conf.unset(PROVIDER_KEY)
+            else:
+                spark.conf.set(PROVIDER_KEY, before)
+
+
+def with_rocksdb(spark, start):
+    """``start`` (a flow's start method) wrapped in :func:`rocksdb_start`."""
+
+    def wrapped(*args, **kwargs):
+        with rocksdb_start(spark):
+            return start(*args, **kwargs)
+
+    return wrapped
+
+
+def compile_live(name: str, sql: str, schema, ts_col: str | None = None) -> CompiledPattern:
+    """``sql`` compiled against a source's Spark ``schema`` (a predicate naming a column
+    the source lacks is refused with its position), checked to run live: it has a WITHIN,
+    and its ORDER BY is the source's event time ``ts_col`` (when given)."""
+    from moirae.patterns.compile import compile_pattern
+
+    cp = compile_pattern(sql, name=name, columns=simple_types(schema), row_id=ROW_ID)
+    within(cp)
+    if ts_col is not None and cp.order_by != ts_col:
+        raise PatternSyntaxError(f"pattern {name!r}: ORDER BY {cp.order_by} is not the source's event time {ts_col!r}")
+    return cp
+
+
+def pattern_function(cp: CompiledPattern, *, stream: str, payload: Sequence[str] | None,
+                     eid: str = "eid", ts: str = "ts", dead: DeadLetterWriter | None = None):
+    """The event-query function (one instrumented input, the source ``stream``) running
+    ``cp``: what ``Engine.pattern_query`` and a monitor file's MATCH_RECOGNIZE deploy."""
+
+    def pattern_query(inp: Provenanced) -> Provenanced:
+        return pattern_stream(inp, cp, eid=eid, ts=ts, stream=stream, payload=payload, dead=dead)
+
+    pattern_query.pattern = cp  # type: ignore[attr-defined] - what a monitor's checks read
+    return pattern_query
