@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from moirae.engine.engine import Engine
 
-SCENARIOS = {"cluster": "moirae.scenarios.cluster", "host": "moirae.scenarios.host"}
+SCENARIOS = {"cluster": "moirae.scenarios.cluster", "host": "moirae.scenarios.host",
+             "maritime": "moirae.scenarios.maritime"}
 
 
 def deploy(name: str, engine: Engine, live: bool = True, progress: bool = True, materialize: bool = True):

@@ -17,7 +17,7 @@ Importing this module does not import Spark.
 >>> kind("nope")
 Traceback (most recent call last):
 ...
-moirae.sources.errors.UnknownSourceKind: unknown source kind 'nope' (kinds: alertmanager, cluster, file, host, mqtt, nats, prometheus, rate, replay)
+moirae.sources.errors.UnknownSourceKind: unknown source kind 'nope' (kinds: alertmanager, cluster, file, host, maritime, mqtt, nats, prometheus, rate, replay)
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ LAZY_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mqtt": ("moirae.sources.mqtt:build", ()),
     "prometheus": ("moirae.sources.prometheus:build", ("data_dir",)),
     "alertmanager": ("moirae.sources.alerts_in:build", ("data_dir",)),
+    "maritime": ("moirae.sources.maritime_source:build", ("data_dir",)),
 }
 
 
