@@ -47,22 +47,26 @@ from ananke.digest import DigestSpec
 from ananke.errors import ProvenanceError
 from ananke.graph import OperatorGraph
 from ananke.ids import PROV, prov_struct_col, sink_id_col, spark_interval, to_timedelta
+from ananke.polynomial import PlanTracker, PolyPlan
 
 ZERO = timedelta(0)
 PROV_TYPE = "array<struct<id:bigint,ts:timestamp>>"
 _PROV_IDS, _PROV_TS = f"{PROV}_ids", f"{PROV}_ts"  # a window's provenance in its state
 _DIGEST_N, _DIGEST_X = f"{PROV}_n", f"{PROV}_x"  # a digest window's state (ananke.digest)
+_PROV_V = f"{PROV}_v"  # a window's per-tuple values, one list per argument (ananke.polynomial)
 
 
 class ProvQuery:
     """A set of instrumented queries sharing one operator graph (and hence one U)."""
 
-    def __init__(self, enabled: bool = True, digest: bool = False) -> None:
+    def __init__(self, enabled: bool = True, digest: bool = False, polynomials: bool = False) -> None:
         self.graph = OperatorGraph()
         self.enabled = enabled
         #: windows over one source keep a digest, resolved at the sink (ananke.digest)
         self.digest = enabled and digest
         self._sinks: dict[str, ProvSink] = {}
+        #: the polynomial shape of each stream (ananke.polynomial), when polynomials are kept
+        self.poly: PlanTracker | None = PlanTracker() if enabled and polynomials else None
 
     def source(self, df, stream: str, ts: str, cols: Sequence[str] | None = None,
                lateness: timedelta | str | None = None) -> Provenanced:
@@ -79,6 +83,8 @@ class ProvQuery:
         if self.enabled:
             df = df.withColumn(PROV, prov_struct_col(stream, ts, cols))
         node = self.graph.add("source", stream, lateness=to_timedelta(lateness or ZERO))
+        if self.poly is not None:
+            self.poly.source(node, stream, ts, [c for c in df.columns if c != PROV])
         origin = Origin(stream, ts, frozenset(df.columns) - {PROV}) if self.digest else None
         return Provenanced(self, df, ts, node, single=self.enabled, origin=origin)
 
@@ -153,6 +159,15 @@ class Provenanced:
 
         return F.array(col) if self.single else col
 
+    def _plain(self, col):
+        """This stream's provenance without the values a window keeps for polynomials
+        (so both sides of a join have one type)."""
+        from pyspark.sql import functions as F
+
+        if self.query.poly is None or not self.query.poly.carries_values(self.node):
+            return col
+        return F.transform(col, lambda p: F.struct(p["id"].alias("id"), p["ts"].alias("ts")))
+
     @property
     def columns(self) -> list[str]:
         """The user-visible columns (without the provenance column)."""
@@ -160,7 +175,12 @@ class Provenanced:
 
     def filter(self, condition, name: str = "filter") -> Provenanced:
         """Forward tuples for which ``condition`` holds; provenance unchanged."""
-        return self._next(self.df.filter(condition), "filter", name, lazy=lambda d: d.filter(condition))
+        out = self._next(self.df.filter(condition), "filter", name, lazy=lambda d: d.filter(condition))
+        if self.query.poly is not None:
+            from ananke.poly_spark import condition_sql
+
+            self.query.poly.filter(self.node, out.node, condition_sql(self.df, condition))
+        return out
 
     def select(self, *cols, name: str = "map") -> Provenanced:
         """A Map: project / compute columns. The event-time column is kept even if not named."""
@@ -172,8 +192,11 @@ class Provenanced:
         if self.origin is not None and (self.ts in named or self.ts not in out):  # an expression named ts is a new time
             # only columns named plainly keep the source's values
             origin = Origin(self.origin.stream, self.origin.ts, self.origin.columns & (named | {self.ts}))
-        return self._next(self.df.select(*cols, *extra, *prov), "map", name, origin=origin,
-                          lazy=lambda d: d.select(*cols, *extra, *prov))
+        nxt = self._next(self.df.select(*cols, *extra, *prov), "map", name, origin=origin,
+                         lazy=lambda d: d.select(*cols, *extra, *prov))
+        if self.query.poly is not None:
+            self.query.poly.map(self.node, nxt.node, [c for c in (*named, *extra) if c in self.df.columns], out)
+        return nxt
 
     def with_column(self, name_: str, expr, name: str = "map") -> Provenanced:
         """A Map adding (or replacing) one column."""
@@ -182,8 +205,19 @@ class Provenanced:
         origin = None
         if self.origin is not None:
             origin = Origin(self.origin.stream, self.origin.ts, self.origin.columns - {name_})
-        return self._next(self.df.withColumn(name_, expr), "map", name, origin=origin,
-                          lazy=lambda d: d.withColumn(name_, expr))
+        nxt = self._next(self.df.withColumn(name_, expr), "map", name, origin=origin,
+                         lazy=lambda d: d.withColumn(name_, expr))
+        if self.query.poly is not None:
+            self.query.poly.map(self.node, nxt.node, [c for c in self.df.columns if c != name_], nxt.df.columns)
+        return nxt
+
+    def stateful(self, df, lag: timedelta, ts: str, name: str, **params) -> Provenanced:
+        """A stateful operator whose plan ``df`` was built over this stream's elsewhere (a
+        row pattern, T 4: ``moirae/patterns/spark_operator.py``). ``df``'s provenance column
+        is already an array of the contributing source tuples; ``lag`` bounds how much
+        older than an output its inputs are, so U follows (A 4). Recorded as a Map with
+        that lag (``operator`` in its params names what it is)."""
+        return self._next(df, "map", name, lag=to_timedelta(lag), ts=ts, single=False, **params)
 
     def window(self, size: timedelta | str, slide: timedelta | str | None = None, keys: Sequence[str] = (),
                aggs: Sequence = (), ts_out: str | None = None, bounds: bool = False,
@@ -202,20 +236,37 @@ class Provenanced:
             raise ProvenanceError(f"window {name!r}: need 0 < slide <= size, got size={size_td} slide={slide_td}")
         ts_out = ts_out or self.ts
         win = F.window(F.col(self.ts), spark_interval(size_td), spark_interval(slide_td))
+        track, slots = None, ()
+        if self.query.poly is not None:
+            from ananke.poly_spark import agg_info
+
+            track, slots = self.query.poly.window(self.node, agg_info(self.df, keys, aggs), keys,
+                                                  size_td // timedelta(microseconds=1),
+                                                  slide_td // timedelta(microseconds=1))
+            slots = slots if self.single else ()
         if not self.query.enabled:
             prov, prov_out = [], []
         elif self.single:  # two flat lists of primitives in the state, one array of structs out
             prov = [F.collect_list(F.col(f"{PROV}.id")).alias(_PROV_IDS),
                     F.collect_list(F.col(f"{PROV}.ts")).alias(_PROV_TS)]
-            prov_out = [F.arrays_zip(_PROV_IDS, _PROV_TS).cast(PROV_TYPE).alias(PROV)]
+            # polynomials: each tuple's aggregated values, one more flat list per argument (NaN for NULL)
+            prov += [F.collect_list(F.coalesce((F.col(a) if a in self.df.columns else F.expr(a)).cast("double"),
+                                                 F.lit(float("nan")))).alias(f"{_PROV_V}{j}")
+                     for j, a in enumerate(slots)]
+            vtype = "".join(f",v{j}:double" for j in range(len(slots)))
+            prov_out = [F.arrays_zip(_PROV_IDS, _PROV_TS, *[f"{_PROV_V}{j}" for j in range(len(slots))])
+                        .cast(PROV_TYPE.replace(">>", f"{vtype}>>")).alias(PROV)]
         else:
             prov, prov_out = [F.flatten(F.collect_list(PROV)).alias(PROV)], [PROV]
         grouped = self.df.groupBy(win.alias("window"), *keys).agg(*aggs, *prov)
-        agg_names = [c for c in grouped.columns if c not in ("window", PROV, _PROV_IDS, _PROV_TS, *keys)]
+        agg_names = [c for c in grouped.columns if c not in ("window", PROV, _PROV_IDS, _PROV_TS, *keys)
+                     and not c.startswith(_PROV_V)]
         extra = [F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end")] if bounds else []
         df = grouped.select(*keys, *agg_names, F.window_time("window").alias(ts_out), *extra, *prov_out)
         out = self._next(df, "window", name, lag=size_td, ts=ts_out, single=False, size=size_td, slide=slide_td,
                          keys=tuple(str(k) for k in keys))
+        if track is not None:
+            self.query.poly.bind(out.node, track)
         lazy = self._digest_window(win, keys, aggs, agg_names, ts_out, extra)
         return out if lazy is None else Provenanced(out.query, out.df, out.ts, out.node, out.single, None, lazy)
 
@@ -267,9 +318,11 @@ class Provenanced:
         later = rts if lo == ZERO else lts if up == ZERO else F.greatest(lts, rts)
         sel.append(later.alias(ts_out))
         if self.query.enabled:
-            sel.append(F.concat(self._prov_array(F.col(f"_l.{PROV}")), other._prov_array(F.col(f"_r.{PROV}")))
-                       .alias(PROV))
+            sel.append(F.concat(self._prov_array(self._plain(F.col(f"_l.{PROV}"))),
+                                other._prov_array(other._plain(F.col(f"_r.{PROV}")))).alias(PROV))
         node = self.query.graph.add("join", name, [(self.node, up), (other.node, lo)], lower=lo, upper=up)
+        if self.query.poly is not None:
+            self.query.poly.join(self.node, other.node, node, [str(k) for k in on])
         return Provenanced(self.query, joined.select(*sel), ts_out, node)
 
     def sink(self, name: str) -> ProvSink:
@@ -277,12 +330,13 @@ class Provenanced:
         from pyspark.sql import functions as F
 
         node = self.query.graph.add("sink", name, [(self.node, ZERO)])
+        plan = self.query.poly.plan(self.node, name) if self.query.poly is not None else None
         if self.lazy is not None:
-            sink = ProvSink(self.query, name, self.lazy.df, self.ts, node, self.lazy.spec)
+            sink = ProvSink(self.query, name, self.lazy.df, self.ts, node, self.lazy.spec, plan)
             self.query._sinks[name] = sink
             return sink
         df = self.df.withColumn(PROV, self._prov_array(F.col(PROV))) if self.single and self.query.enabled else self.df
-        sink = ProvSink(self.query, name, df, self.ts, node)
+        sink = ProvSink(self.query, name, df, self.ts, node, None, plan)
         self.query._sinks[name] = sink
         return sink
 
@@ -298,6 +352,8 @@ class ProvSink:
     node: int
     #: set when the sink's provenance is a window digest, resolved at the sink (ananke.digest)
     digest: DigestSpec | None = None
+    #: the sink tuples' polynomial shape (ananke.polynomial), when the query keeps polynomials
+    poly: PolyPlan | None = None
 
     @property
     def payload_columns(self) -> list[str]:

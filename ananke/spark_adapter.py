@@ -26,9 +26,12 @@ from ananke.digest import Digest
 from ananke.errors import ProvenanceError
 from ananke.ids import PROV, from_micros
 from ananke.items import SinkTuple
+from ananke.poly_spark import ValueReader, sink_polys
 from ananke.query import ProvSink
 
 Deliver = Callable[[object, int], None]
+#: takes a batch's ``(sink id, sink tuple time, Poly)`` (e.g. :meth:`ananke.poly_store.PolyStore.put`)
+PolySink = Callable[[list], None]
 
 
 def progress_watermark(progress: dict | None) -> datetime | None:
@@ -159,11 +162,15 @@ class Ank1SparkSink:
     the batch's rows as pandas, collected in the same Spark job as the provenance, so the
     batch is computed once. Batches with an id not above the last one seen
     are run without delivering anything (a replay in the same process). Call :meth:`attach` with the started
-    query so the watermark can be read; :meth:`start` does both.
+    query so the watermark can be read; :meth:`start` does both. ``polys(rows)``, if given
+    and the sink keeps polynomials, gets each batch's sink-tuple polynomials
+    (:func:`ananke.poly_spark.sink_polys`) before ANK-1's graph is written, so a source
+    vertex never names an alert whose polynomial is missing.
     """
 
     def __init__(self, sink: ProvSink, logic: Ank1Logic, deliver: Deliver | None = None,
-                 deliver_frame: Deliver | None = None, resolve: Resolver | None = None) -> None:
+                 deliver_frame: Deliver | None = None, resolve: Resolver | None = None,
+                 polys: PolySink | None = None, values: ValueReader | None = None) -> None:
         if sink.digest is not None and resolve is None:
             raise ProvenanceError(f"sink {sink.name!r} carries window digests: give a resolver (ananke.digest)")
         self.sink = sink
@@ -172,6 +179,12 @@ class Ank1SparkSink:
         self.deliver = deliver
         self.deliver_frame = deliver_frame
         self.seconds = {"collect": 0.0, "resolve": 0.0, "ank1": 0.0}  # driver time per phase, summed over batches
+        #: polynomials (ananke.polynomial): ``polys(rows)`` gets each batch's (sink id, time, Poly),
+        #: before ANK-1's graph; ``values`` reads a digest window's values from the archive
+        self.polys = polys if sink.poly is not None else None
+        self.values = values
+        if self.polys is not None:
+            self.seconds["poly"] = 0.0
         self.query = None
         self.last_batch = -1
         self.rows = 0
@@ -194,6 +207,10 @@ class Ank1SparkSink:
         t0 = time.perf_counter()
         rows = sink_rows(self.sink, table, self.resolve)
         self.seconds["resolve"] += time.perf_counter() - t0
+        if self.polys is not None and rows:
+            t0 = time.perf_counter()
+            self.polys(sink_polys(self.sink.poly, table, rows, self.values))
+            self.seconds["poly"] += time.perf_counter() - t0
         t0 = time.perf_counter()
         with self.logic.lock, self.logic.batched():  # the batch's graph in one transaction
             for st, prov in rows:

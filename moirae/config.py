@@ -165,6 +165,7 @@ class AnankeConfig:
     enabled: bool = True
     variant: str = field(default="ank1", metadata=_check(_one_of("ank1", "ankn")))
     window_provenance: str = field(default="archive", metadata=_check(_one_of("archive", "state")))
+    polynomials: bool = True  # how-provenance polynomials per alert (ananke.polynomial, H 4)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ class ApiConfig:
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path = Path(".moirae")
-    scenario: str = field(default="cluster", metadata=_check(_one_of("cluster", "host")))
+    scenario: str = field(default="cluster", metadata=_check(_one_of("cluster", "host", "maritime")))
     spark: SparkSettings = field(default_factory=SparkSettings)
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     archive: ArchiveConfig = field(default_factory=ArchiveConfig)

@@ -119,6 +119,8 @@ EFFECTS: dict[str, Effect] = {
     "ananke.variant": Effect("tests/moirae/test_ankn_live.py::test_ankn_variant_writes_the_live_provenance_graph"),
     "ananke.window_provenance": Effect("tests/moirae/test_window_digest_live.py::test_archive_resolved_window_"
                                        "provenance_equals_the_state_list"),
+    "ananke.polynomials": Effect("tests/ananke/test_poly_live.py::test_live_event_query_stores_polynomials_per_"
+                                 "alert"),
     "api.host": Effect("tests/api/test_auth.py::test_mutations_need_the_bearer_token", "localhost",
                        lambda e: _served(e)[0]),
     "api.port": Effect("tests/test_config_keys.py::test_probe", "FREE", lambda e: _served(e)[1]),

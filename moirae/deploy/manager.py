@@ -309,6 +309,8 @@ class DeployManager:
                     for table in (flow.graph.v, flow.graph.e, flow.graph.lab):
                         cur.execute(f"DROP TABLE IF EXISTS {table} CASCADE")  # the contributing view is remade
                 dropped.extend((flow.graph.v, flow.graph.e, flow.graph.lab))
+            if flow.polys is not None and flow.polys.drop(name):  # its alerts' polynomials go with its graph
+                dropped.append(f"{flow.polys.t}[{name}]")
         lap("archive")
         return {"event_query": name, "operators": op_names, "cancelled": cancelled, "inputs": inputs,
                 "streams": streams, "dropped": dropped, "phases": phases}

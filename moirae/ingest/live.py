@@ -16,7 +16,8 @@ events with their provenance in one Spark job (Arrow), then:
    ``W - U`` (A 5.1); with ``ananke.variant: ankn`` ANK-N (A 5.2) writes the graph
    instead, as a second streaming query of Spark's own operators over the same sink
    (its sources are read by both queries, so they must be replayable), and the horizon
-   is the sink query's watermark minus U;
+   is the sink query's watermark minus U; with ``ananke.polynomials`` each sink tuple's
+   how-provenance polynomial goes to ``ank_poly`` first (:mod:`ananke.poly_store`, H 4);
 3. hands the new events to the engine's event worker (:mod:`moirae.ingest.event_worker`), which
    computes their contexts and submits the recall tasks off the batch.
 
@@ -35,6 +36,7 @@ import pandas as pd
 from ananke.ank1 import Ank1
 from ananke.ankn import AnkNSparkSink
 from ananke.ids import PROV
+from ananke.poly_store import PolyStore
 from ananke.query import Provenanced, ProvQuery
 from ananke.spark_adapter import Ank1SparkSink, progress_watermark
 from ananke.store import GraphStore
@@ -71,7 +73,9 @@ class EventFlow:
         self.variant = ananke.variant if provenance else None
         # ANK-1's windows over one source keep a digest, resolved from the archive (ananke.digest)
         digest = self.variant == "ank1" and ananke.window_provenance == "archive"
-        self.pq = ProvQuery(enabled=provenance, digest=digest)
+        # how-provenance polynomials per alert (ananke.polynomial, H 4), written beside ANK-1's graph
+        self.pq = ProvQuery(enabled=provenance, digest=digest,
+                            polynomials=self.variant == "ank1" and getattr(ananke, "polynomials", True))
         self.shared: list[SharedArchive] = []  # the inputs this query's read archives (archive.shared)
         self.streaming = None  # set before the shared reads name this flow as their reader
         self.started = float("inf")  # wall time its streaming query started (moirae.runtime.idle)
@@ -116,6 +120,7 @@ class EventFlow:
                                                                kind="event", indexes=[(query.eid,)]))
         self.logic = None
         self.graph: GraphStore | None = None
+        self.polys: PolyStore | None = None
         self.ankn: AnkNSparkSink | None = None
         self.resolver = ArchiveResolver(self.archiver, self.sink.digest, self.sources.waits,
                                        self.spark_settings.trigger.total_seconds()) if self.sink.digest is not None else None
@@ -127,7 +132,12 @@ class EventFlow:
                 self.ankn = AnkNSparkSink(self.sink, emit=self.graph, U=self.pq.U)
             else:
                 self.logic = Ank1.from_query(self.pq).build(emit=self.graph)
-        self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver, resolve=self.resolver)
+            if self.sink.poly is not None and self.logic is not None:  # one table set for every query
+                self.polys = PolyStore(db.connect, borrow=db.connection).create()
+                self.polys.put_plan(self.sink.poly)
+        self.adapter = (Ank1SparkSink(self.sink, self.logic, deliver_frame=self._deliver, resolve=self.resolver,
+                                      polys=self._put_polys if self.polys is not None else None,
+                                      values=self.resolver.values if self.resolver is not None else None)
                         if self.logic is not None else None)
         self._batch_started: float | None = None
         self.events_seen = 0
@@ -205,6 +215,10 @@ class EventFlow:
             self.ankn_streaming = None
         if self.resolver is not None:
             self.resolver.stop()
+
+    def _put_polys(self, rows: list) -> None:
+        """A batch's alert polynomials into ``ank_poly`` (keyed: a replay adds nothing)."""
+        self.polys.put(self.query.name, rows)
 
     def _collect_and_deliver(self, batch_df, batch_id: int) -> None:
         cols = [c for c in batch_df.columns if c not in (PROV, "_sink_id")]

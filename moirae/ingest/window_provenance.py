@@ -27,6 +27,7 @@ from ananke.ids import from_micros
 from archive import Archiver
 from archive.brin_summary import Summarizer
 from archive.contributors import ensure_time_index, time_index, unarchivable, window_rows
+from archive.names import quote
 from moirae.ingest.archive_waits import ArchiveWaits
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,20 @@ class ArchiveResolver:
                     why or "a source that gives each streaming query other rows, such as one stamped with the "
                     "query's own clock, does this",
                     f"; {quiet} more unmatched window(s) since the last such line" if quiet else "")
+
+    def values(self, stream: str, columns, ids, lo: datetime, hi: datetime) -> dict[int, tuple]:
+        """The archived values of ``columns`` of the source tuples ``ids`` of ``stream``
+        with event time in ``[lo, hi)``, by id: a digest window's per-tuple values for
+        its polynomial (ananke.poly_spark), read with the ids the digest resolved to."""
+        if not ids:
+            return {}
+        spec = self.archiver.stream(stream)
+        ts = quote(spec.ts_col)
+        cols = ", ".join(quote(c) for c in columns)
+        with self.archiver.db.connection() as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT _sid, {cols} FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s "
+                        "AND _sid = ANY(%s::bigint[])", (lo, hi, list(ids)))
+            return {r[0]: tuple(r[1:]) for r in cur.fetchall()}
 
     def start(self) -> None:
         """Start keeping the stream's BRIN summaries up (idempotent; a batch's digests

@@ -1,0 +1,189 @@
+"""Sink tuples' polynomials in PostgreSQL, beside the Ananke graph (A 3, H 5).
+
+One set of tables for every event-query (prefix default ``ank_poly``):
+
+- ``<prefix>_plan (sink, plan jsonb, ts)``: each event-query's
+  :class:`~ananke.polynomial.PolyPlan`, written when its flow is built;
+- ``<prefix> (sink, sink_id, tuple_ts, ids bigint[], vals bytea)``: one row per sink
+  tuple, ``sink_id`` the same id as its vertex in the query's graph
+  (``ank_<query>_vertex``), ``ids`` the polynomial's monomials flattened
+  (:class:`~ananke.polynomial.Poly`) and ``vals`` its values (windows), packed.
+
+A GIN index on ``ids`` makes the table the graph's source side across event-queries:
+one lookup by source ids (``ids && ARRAY[..]``) finds every sink tuple of every query a
+source tuple fed (:meth:`PolyStore.affected`), the forward question of A 3 over all
+queries at once. Inserts are keyed and ``ON CONFLICT DO NOTHING``, as the graph's are
+(:mod:`ananke.store`): a replayed batch stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
+from typing import Any
+
+from ananke.errors import BadPrefix
+from ananke.polynomial import Poly, PolyPlan
+from ananke.store import _PREFIX_RE, _ints
+
+
+class PolyStore:
+    """The polynomial tables under ``prefix``. ``connect`` / ``borrow`` as for
+    :class:`~ananke.store.GraphStore` (a new connection; a lent one for reads)."""
+
+    def __init__(self, connect: Callable[[], Any], prefix: str = "ank_poly",
+                 borrow: Callable[[], AbstractContextManager] | None = None) -> None:
+        if not _PREFIX_RE.match(prefix):
+            raise BadPrefix(f"table prefix must be a lower-case identifier, got {prefix!r}")
+        self.connect = connect
+        self.borrow = borrow
+        self.t, self.plan_t = prefix, f"{prefix}_plan"
+        self._conn = None
+        self._lock = threading.Lock()
+        self._degree: dict[str, int] = {}
+
+    def create(self) -> PolyStore:
+        """Create the tables if missing; return self."""
+        conn = self.connect()
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"moirae_ddl:{self.t}",))
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.plan_t} (
+                    sink text PRIMARY KEY, plan jsonb NOT NULL, ts timestamptz NOT NULL DEFAULT now())""")
+                cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.t} (
+                    sink text NOT NULL, sink_id bigint NOT NULL, tuple_ts timestamptz NOT NULL,
+                    ids bigint[] NOT NULL, vals bytea, PRIMARY KEY (sink, sink_id))""")
+                cur.execute(f"CREATE INDEX IF NOT EXISTS {self.t}_ids ON {self.t} USING gin (ids)")
+        finally:
+            conn.close()
+        return self
+
+    def put_plan(self, plan: PolyPlan) -> None:
+        """Record (or replace) an event-query's plan."""
+        with self._writing() as cur:
+            cur.execute(f"INSERT INTO {self.plan_t} (sink, plan) VALUES (%s, %s) ON CONFLICT (sink) DO UPDATE "
+                        "SET plan = EXCLUDED.plan, ts = now()", (plan.sink, json.dumps(plan.to_dict())))
+        self._degree[plan.sink] = plan.degree
+
+    def plans(self) -> dict[str, PolyPlan]:
+        """Every recorded plan, by sink (event-query) name."""
+        out = {r[0]: PolyPlan.from_dict(r[1]) for r in self._query(f"SELECT sink, plan FROM {self.plan_t}", ())}
+        self._degree.update({k: p.degree for k, p in out.items()})
+        return out
+
+    def put(self, sink: str, rows: Sequence[tuple[int, datetime, Poly]]) -> None:
+        """Store sink tuples' polynomials ``(sink id, sink tuple time, poly)``, idempotently,
+        in one transaction (one statement)."""
+        if not rows:
+            return
+        from psycopg2.extras import execute_values
+
+        vals = [(sink, int(sid), ts, _ints(p.ids.tolist()), p.to_bytes() if p.values is not None else None)
+                for sid, ts, p in rows]
+        with self._writing() as cur:
+            execute_values(cur, f"INSERT INTO {self.t} (sink, sink_id, tuple_ts, ids, vals) VALUES %s "
+                                "ON CONFLICT DO NOTHING", vals, template="(%s, %s, %s, %s::bigint[], %s)",
+                           page_size=1000)
+
+    def _degree_of(self, sink: str) -> int:
+        if sink not in self._degree:
+            self.plans()
+        return self._degree.get(sink, 1)
+
+    def get(self, sink: str, sink_ids: Sequence[int]) -> dict[int, Poly]:
+        """The polynomials of ``sink_ids`` of ``sink`` (those stored)."""
+        rows = self._query(f"SELECT sink_id, ids, vals FROM {self.t} WHERE sink = %s AND sink_id = ANY(%s::bigint[])",
+                           (sink, _ints(sink_ids)))
+        d = self._degree_of(sink)
+        return {r[0]: Poly.from_bytes(r[1], bytes(r[2]) if r[2] is not None else None, d) for r in rows}
+
+    def affected(self, source_ids: Sequence[int]) -> list[tuple[str, int, datetime]]:
+        """Forward, across every event-query: ``(sink, sink id, sink tuple time)`` of each
+        sink tuple whose polynomial names one of ``source_ids``."""
+        rows = self._query(f"SELECT sink, sink_id, tuple_ts FROM {self.t} WHERE ids && %s::bigint[] "
+                           "ORDER BY tuple_ts, sink, sink_id", (_ints(source_ids),))
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def polys_of(self, source_ids: Sequence[int]) -> list[tuple[str, int, datetime, Poly]]:
+        """:meth:`affected` with each sink tuple's polynomial."""
+        rows = self._query(f"SELECT sink, sink_id, tuple_ts, ids, vals FROM {self.t} WHERE ids && %s::bigint[] "
+                           "ORDER BY tuple_ts, sink, sink_id", (_ints(source_ids),))
+        return [(r[0], r[1], r[2], Poly.from_bytes(r[3], bytes(r[4]) if r[4] is not None else None,
+                                                    self._degree_of(r[0]))) for r in rows]
+
+    def drop(self, sink: str) -> int:
+        """Forget an event-query's plan and polynomials (its monitor was retired, as its
+        graph tables are dropped); return how many polynomials went."""
+        with self._writing() as cur:
+            cur.execute(f"DELETE FROM {self.t} WHERE sink = %s", (sink,))
+            n = cur.rowcount
+            cur.execute(f"DELETE FROM {self.plan_t} WHERE sink = %s", (sink,))
+        self._degree.pop(sink, None)
+        return int(n)
+
+    def nbytes(self) -> int:
+        """The tables' size on disk, indexes and TOAST included."""
+        (n,), = self._query("SELECT coalesce(pg_total_relation_size(to_regclass(%s)), 0) "
+                            "+ coalesce(pg_total_relation_size(to_regclass(%s)), 0)", (self.t, self.plan_t))
+        return int(n)
+
+    def count(self, sink: str | None = None) -> int:
+        if sink is None:
+            (n,), = self._query(f"SELECT count(*) FROM {self.t}", ())
+        else:
+            (n,), = self._query(f"SELECT count(*) FROM {self.t} WHERE sink = %s", (sink,))
+        return int(n)
+
+    @contextmanager
+    def _writing(self):
+        """A cursor on the store's kept write connection, committed at the end (a broken
+        connection is dropped so the next write opens a new one). With ``borrow`` each
+        write borrows a pooled connection instead: one statement, atomic on its own."""
+        if self.borrow is not None:
+            with self.borrow() as conn, conn.cursor() as cur:
+                yield cur
+            return
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = self.connect()
+            conn = self._conn
+            try:
+                with conn.cursor() as cur:
+                    yield cur
+                conn.commit()
+            except BaseException:
+                if not conn.closed:
+                    conn.rollback()
+                else:
+                    self._conn = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            conn.close()
+
+    @contextmanager
+    def _reading(self):
+        if self.borrow is not None:
+            with self.borrow() as conn:
+                yield conn
+            return
+        conn = self.connect()
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _query(self, sql: str, params: tuple) -> list[tuple]:
+        with self._reading() as conn:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+                rows = cur.fetchall()
+            if not conn.autocommit:
+                conn.rollback()
+        return rows
