@@ -163,7 +163,9 @@ def apply_retention(catalog: Catalog, contributing: Contributing | None) -> list
 
     - ``keep_all``: nothing;
     - ``contributing_only``: delete the tuples with no provenance edge (needs
-      ``contributing``), once per chunk;
+      ``contributing``; an edge to a retracted alert does not count,
+      ``moirae/ingest/persist.py:contributing_view``), once per chunk; a chunk none of
+      whose tuples has one is dropped whole;
     - ``drop_after_n_old_chunks``: drop whole partitions beyond the newest N old chunks.
 
     Only chunks wholly behind the stream's expiry horizon are touched.
@@ -187,13 +189,23 @@ def apply_retention(catalog: Catalog, contributing: Contributing | None) -> list
                                 (spec.name, info.chunk_id))
                     if cur.fetchone()[0]:
                         continue
-                    cur.execute(f"DELETE FROM {part} p WHERE NOT EXISTS "
-                                f"(SELECT 1 FROM {table} e WHERE e.{column} = p._sid)")
-                    deleted = cur.rowcount
-                    cur.execute("UPDATE moirae_chunks SET pruned = true, rows = rows - %s "
-                                "WHERE stream = %s AND chunk_id = %s", (deleted, spec.name, info.chunk_id))
+                    cur.execute(f"SELECT EXISTS (SELECT 1 FROM {part} p WHERE EXISTS "
+                                f"(SELECT 1 FROM {table} e WHERE e.{column} = p._sid))")
+                    if not cur.fetchone()[0]:  # no row supports a result: the whole chunk goes
+                        cur.execute(f"DROP TABLE IF EXISTS {part}")
+                        cur.execute("UPDATE moirae_chunks SET pruned = true, dropped = true, rows = 0, "
+                                    "indexes = '{}' WHERE stream = %s AND chunk_id = %s", (spec.name, info.chunk_id))
+                        bump_version(cur, spec.name)
+                        action, deleted = "drop", info.rows
+                    else:
+                        cur.execute(f"DELETE FROM {part} p WHERE NOT EXISTS "
+                                    f"(SELECT 1 FROM {table} e WHERE e.{column} = p._sid)")
+                        deleted = cur.rowcount
+                        cur.execute("UPDATE moirae_chunks SET pruned = true, rows = rows - %s "
+                                    "WHERE stream = %s AND chunk_id = %s", (deleted, spec.name, info.chunk_id))
+                        action = "prune"
                 simindex.invalidate(catalog.db, spec.name, [info.chunk_id])
-                out.append(Transition(spec.name, info.chunk_id, Tier.OLD, Tier.OLD, "prune", deleted))
+                out.append(Transition(spec.name, info.chunk_id, Tier.OLD, Tier.OLD, action, deleted))
         elif policy is Retention.DROP_AFTER_N_OLD_CHUNKS:
             for info in old[spec.retention.n:]:
                 with catalog.transaction() as conn, conn.cursor() as cur:

@@ -12,6 +12,9 @@ Routes (all JSON unless noted):
   (a cancel storm: one pass, one commit); the answer counts the tasks per event.
 - ``GET /api/monitors``, ``POST /api/monitors`` (a monitor file's text),
   ``DELETE /api/monitors/{name}``: monitors on the running engine (:mod:`moirae.api.monitors_api`).
+- ``POST /api/retractions``, ``POST /api/retractions/{id}/undo``, ``GET /api/retractions``,
+  ``GET /api/lookup``, ``GET /api/events/{eid}/support``: retractions, corrections and
+  forward lookup (:mod:`moirae.api.retract_api`).
 - ``GET /api/archive/chunks?stream=``: the chunk catalog.
 - ``GET /api/scheduler/tasks``: the Recall Manager's tasks.
 - ``GET /api/stream?eid=``: server-sent events (:mod:`moirae.api.sse`).
@@ -44,7 +47,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from moirae.api import incidents_api, metrics_api, monitors_api, receivers_api, sse, steer
+from moirae.api import incidents_api, metrics_api, monitors_api, receivers_api, retract_api, sse, steer
 from moirae.api import models as m
 from moirae.api.access import Access, Gate, local_token
 from moirae.api.audit import audit_request, recent
@@ -144,6 +147,7 @@ def create_app(engine, token: str | None = None, host: str | None = None, keepal
     app.include_router(_events_router(engine))
     app.include_router(_steer_router(engine, require_token))
     app.include_router(monitors_api.router(engine, require_token))
+    app.include_router(retract_api.router(engine, require_token))
     app.include_router(_engine_router(engine, token, access))
     app.include_router(_stream_router(engine, keepalive))
     app.include_router(receivers_api.router(engine, access.machine))

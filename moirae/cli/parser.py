@@ -20,7 +20,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="moirae", description="Moirae: history-enhanced monitoring on Spark and PostgreSQL.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND")
-    for add in (_run, _archive, _console, _rematerialize, _replay, _steer, _monitors):
+    for add in (_run, _archive, _console, _rematerialize, _replay, _steer, _monitors, _retract):
         add(sub)
     return p
 
@@ -29,7 +29,7 @@ def _run(sub) -> None:
     run = sub.add_parser("run", help="run the main job: stream the scenario into the archive, detect, recall",
                          description="Run the main job on the configured scenario until --duration ends or Ctrl-C.")
     run.add_argument("--config", metavar="F", help=CONFIG_HELP)
-    run.add_argument("--scenario", choices=["cluster", "host"], help="what to stream (default: from config)")
+    run.add_argument("--scenario", choices=["cluster", "host", "maritime"], help="what to stream (default: from config)")
     run.add_argument("--duration", type=duration, metavar="D",
                      help="stop after D (e.g. 60, 30s, 5m); default: until Ctrl-C")
     run.add_argument("--json", action="store_true", help="print the final summary as one JSON object")
@@ -161,3 +161,33 @@ def _monitors(sub) -> None:
     for sp in (dep, und, mon):
         sp.add_argument("--config", metavar="F", help=CONFIG_HELP)
         sp.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def _retract(sub) -> None:
+    ret = sub.add_parser("retract", help="mark source rows bad (or correct them); the alerts they fed are re-checked",
+                         description="Retract source rows on the running engine (through its HTTP API): they are "
+                                     "flagged, never deleted, and every alert they fed is evaluated again; one that "
+                                     "no longer stands is retracted with the reason, its incident, norms and "
+                                     "similar-incident lists revised. --set corrects the rows instead; --undo ID "
+                                     "undoes a retraction; --list lists them.")
+    look = sub.add_parser("lookup", help="which alerts source rows fed, which are open, whether more can come",
+                          description="Forward provenance of source rows on the running engine: the alerts they "
+                                      "fed, which are still open, and whether a future alert can still use them.")
+    for sp in (ret, look):
+        sp.add_argument("--ids", type=lambda s: [int(i) for i in s.split(",") if i.strip()], metavar="ID,ID",
+                        help="source ids (the archive's _sid), comma separated")
+        sp.add_argument("--stream", metavar="S", help="the archived source stream")
+        sp.add_argument("--key", metavar="COL=VALUE", help="only rows whose column COL equals VALUE")
+        sp.add_argument("--start", type=iso_time, metavar="T", help="rows at or after T (ISO 8601 with zone)")
+        sp.add_argument("--end", type=iso_time, metavar="T", help="rows before T (ISO 8601 with zone)")
+        sp.add_argument("--where", metavar="SQL", help="one SQL condition over the stream's columns")
+        sp.add_argument("--config", metavar="F", help=CONFIG_HELP)
+        sp.add_argument("--json", action="store_true", help="print the API's answer as one JSON object")
+    ret.add_argument("--reason", metavar="TEXT", help="why the rows are bad (required to retract)")
+    ret.add_argument("--by", metavar="NAME", help="who retracts (recorded with the retraction and in the audit log)")
+    ret.add_argument("--set", action="append", metavar="COL=VALUE",
+                     help="a correction: the rows' new value of COL (repeatable)")
+    ret.add_argument("--confirm", action="store_true",
+                     help="retract even when the selection matches more than the configured share of the archive")
+    ret.add_argument("--undo", type=int, metavar="ID", help="undo retraction ID")
+    ret.add_argument("--list", action="store_true", help="list the retractions")

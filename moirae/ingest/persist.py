@@ -94,10 +94,32 @@ def forget_similarity(db, name: str) -> None:
 
 
 def contributing_view(db, edge_tables: list[str]) -> str | None:
-    """(Re)create the view of every source id with a provenance edge; None without edges."""
+    """(Re)create the view of every source id with a provenance edge; None without edges.
+
+    An edge to the sink vertex of a retracted alert (``moirae_retracted_sinks``, kept by
+    :mod:`moirae.retract`) supports nothing: a row only retracted alerts used is as
+    unsupported as one no alert used."""
     if not edge_tables:
         return None
-    union = " UNION ALL ".join(f"SELECT source_id FROM {quote(t)}" for t in edge_tables)
     with db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('moirae_retracted_sinks') IS NOT NULL")
+        retracted = cur.fetchone()[0]
+        union = " UNION ALL ".join(
+            f"SELECT source_id FROM {quote(t)} e" + (
+                " WHERE NOT EXISTS (SELECT 1 FROM moirae_retracted_sinks r "
+                f"WHERE r.edge_table = {_literal(t)} AND r.sink_id = e.sink_id)" if retracted else "")
+            for t in edge_tables)
         cur.execute(f"CREATE OR REPLACE VIEW {CONTRIBUTING_VIEW} AS {union}")
     return CONTRIBUTING_VIEW
+
+
+def _literal(name: str) -> str:
+    """An edge table's name (a plain identifier, as :class:`ananke.store.GraphStore` makes
+    them) as an SQL string literal.
+
+    >>> _literal("ank_q_edge")
+    "'ank_q_edge'"
+    """
+    if not name.replace("_", "").isalnum() or not name.isascii():
+        raise ValueError(f"edge table {name!r} is not a plain identifier")
+    return f"'{name}'"

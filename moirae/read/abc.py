@@ -16,7 +16,7 @@ signature.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from moirae.read.errors import EngineNotRunning
@@ -98,6 +98,20 @@ class ReadSurface(Protocol):
         ``state``, ``deployed_at``; a running engine adds what each deployed, rows per
         second, alerts, open tasks and the materialized span."""
 
+    def forward_lookup(self, selection: Mapping[str, Any]) -> dict[str, Any]:
+        """Which alerts the source rows ``selection`` names fed, which are still open,
+        and whether future alerts can still use them (:mod:`moirae.retract.lookup`)."""
+
+    def alert_support(self, eid: str) -> dict[str, Any]:
+        """Alert ``eid``'s status (active / retracted, with the reason) and whether its
+        support is still in the archive (:mod:`moirae.retract.support`)."""
+
+    def retraction_list(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The retractions and corrections, newest first (:mod:`moirae.retract`)."""
+
+    def retraction(self, rid: int) -> dict[str, Any]:
+        """One retraction, with the alerts it withdrew."""
+
 
 @runtime_checkable
 class SteerSurface(Protocol):
@@ -119,6 +133,16 @@ class SteerSurface(Protocol):
 
     def undeploy_monitor(self, name: str, drop_archive: bool = False) -> dict[str, Any]:
         """Retire monitor ``name``; its archive is kept unless ``drop_archive``."""
+
+    def retract(self, selection: Mapping[str, Any], reason: str, author: str,
+                set_values: Mapping[str, Any] | None = None, confirm: bool = False,
+                audit: Callable[[str, str, str | None, dict], None] | None = None) -> dict[str, Any]:
+        """Retract (or correct, with ``set_values``) source rows; the alerts they fed are
+        evaluated again (:meth:`moirae.retract.service.Retractions.retract`)."""
+
+    def undo_retraction(self, rid: int, author: str,
+                        audit: Callable[[str, str, str | None, dict], None] | None = None) -> dict[str, Any]:
+        """Undo retraction ``rid``; the alerts it withdrew that stand again come back."""
 
 
 @runtime_checkable

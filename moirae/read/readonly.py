@@ -22,6 +22,7 @@ from archive import Archiver, Database
 from moirae.deploy.lifecycle import stored_monitors
 from moirae.incidents.store import IncidentStore
 from moirae.ingest.events import EventLog, EventRecord
+from moirae.read import retract_view
 from moirae.read.errors import EngineNotRunning
 from moirae.rules.store import DispositionStore
 from moirae.runtime.store import database_dsn
@@ -139,6 +140,27 @@ class ReadOnlyEngine:
 
     def undeploy_monitor(self, name: str, drop_archive: bool = False) -> dict[str, Any]:
         raise EngineNotRunning(f"no engine is running in this process; cannot undeploy monitor {name!r}")
+
+    def retract(self, selection, reason: str, author: str, set_values=None, confirm: bool = False,
+                audit=None) -> dict[str, Any]:
+        raise EngineNotRunning("no engine is running in this process; cannot retract rows")
+
+    def undo_retraction(self, rid: int, author: str, audit=None) -> dict[str, Any]:
+        raise EngineNotRunning(f"no engine is running in this process; cannot undo retraction {rid!r}")
+
+    # -- retractions and forward lookup, read from the database (moirae.read.retract_view) --
+
+    def forward_lookup(self, selection) -> dict[str, Any]:
+        return retract_view.lookup(self, selection)
+
+    def alert_support(self, eid: str) -> dict[str, Any]:
+        return retract_view.alert_support(self, eid)
+
+    def retraction_list(self, limit: int = 100) -> list[dict[str, Any]]:
+        return retract_view.retraction_list(self, limit)
+
+    def retraction(self, rid: int) -> dict[str, Any]:
+        return retract_view.retraction(self, rid)
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -211,6 +211,30 @@ async function refreshIncident(id) {
   $('#ievents').innerHTML = '<table><tr><th>alert</th><th>time</th><th class="n">value</th><th class="n">sd above norm</th></tr>' +
     inc.events.map(e => `<tr><td>${esc(e.eid)}</td><td>${esc(when(e.ts))}</td><td class="n">${num(e.value)}</td><td class="n">${num(e.z)}</td></tr>`).join('') + '</table>';
   $('#iprovbody').innerHTML = provenance(ev.provenance);
+  $('#iprovbody').onclick = e => { const tr = e.target.closest('tr.src'); if (tr) fed(tr.dataset.stream, tr.dataset.sid); };
+  support(id);
+}
+// -- retractions and forward lookup (moirae/api/retract_api.py) ----------------------------
+async function support(eid) {
+  let s;
+  try { s = await api('/api/events/' + encodeURIComponent(eid) + '/support'); } catch (e) { return; }
+  if (selected !== eid || !$('#iprovbody')) return;
+  const st = s.status === 'retracted' ? `${badge('s-resolved', 'retracted')} ${esc(s.reason || '')} (retraction ${esc(s.retraction)})` : badge('s-open', 'active');
+  const held = !s.available ? 'support: not available' : s.in_archive_all ? `support: all ${s.sources} source row(s) still in the archive`
+    : `support: ${s.in_archive} of ${s.sources} source row(s) still in the archive (the rest dropped by retention)`;
+  $('#iprovbody').insertAdjacentHTML('afterbegin', `<p id="isupport">alert ${st} · <span class="muted">${esc(held)}</span></p>`);
+}
+async function fed(stream, sid) {
+  const box = $('#ifed');
+  if (!box) return;
+  box.innerHTML = '<p class="muted">Looking up…</p>';
+  try {
+    const r = await api(`/api/lookup?ids=${encodeURIComponent(sid)}&stream=${encodeURIComponent(stream)}`);
+    const src = r.sources[0] || {};
+    box.innerHTML = `<p>source row ${esc(sid)} of ${esc(stream)} fed ${r.alerts.length} alert(s), ${r.counts.open} still open; ` +
+      `${src.expired ? 'expired: no future alert can use it' : 'a future alert can still use it'}</p><table><tr><th>alert</th><th>event</th><th>time</th><th>status</th></tr>` +
+      r.alerts.map(a => `<tr><td>${esc(a.eid)}</td><td>${esc(a.event)}</td><td>${esc(when(a.ts))}</td><td>${a.status === 'retracted' ? 'retracted: ' + esc(a.reason || '') : (a.open ? 'open' : 'closed')}</td></tr>`).join('') + '</table>';
+  } catch (e) { box.innerHTML = `<p class="fb err">${esc(e.message)}</p>`; }
 }
 function nowText(inc) {
   const c = inc.current, n = inc.norm, metric = esc(inc.metric || (n && n.metric) || 'value');
@@ -326,8 +350,8 @@ function progress(ev) {
 }
 function provenance(p) {
   if (!p || !p.available) return '<p class="muted">not available</p>';
-  return `<p class="muted">${p.sources.length} source tuple(s), ${p.expired} expired</p><table><tr><th>stream</th><th>time</th><th>row</th></tr>` +
-    p.sources.slice(0, 200).map(s => `<tr><td>${esc(s.stream)}</td><td>${esc(when(s.ts))}</td><td>${esc(s.row ? Object.entries(s.row).map(([k, v]) => k + '=' + (typeof v === 'number' ? num(v) : v)).join(', ') : '')}</td></tr>`).join('') + '</table>';
+  return `<p class="muted">${p.sources.length} source tuple(s), ${p.expired} expired; click a row for every alert it fed</p><table><tr><th>stream</th><th>time</th><th>row</th></tr>` +
+    p.sources.slice(0, 200).map(s => `<tr class="src" data-stream="${esc(s.stream)}" data-sid="${esc(s.source_id)}" title="every alert this row fed"><td>${esc(s.stream)}</td><td>${esc(when(s.ts))}</td><td>${esc(s.row ? Object.entries(s.row).map(([k, v]) => k + '=' + (typeof v === 'number' ? num(v) : v)).join(', ') : '')}</td></tr>`).join('') + '</table><div id="ifed"></div>';
 }
 
 // -- the archive page ------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 from moirae.cli.commands import (  # noqa: F401
     archive_status,
     console,
+    lookup,
     monitors,
     reference,
     rematerialize,
     replay,
+    retract,
     run,
     steer,
 )

@@ -1,0 +1,103 @@
+"""A retraction end to end on a real engine (Spark and PostgreSQL): the bandwidth-overload
+event-query with its norm (M figs. 1-2); the live overload's rows are retracted through
+the HTTP API, its alerts become ``retracted`` with the reason, their incident and norm
+are revised, forward lookup answers, and the undo restores them (moirae/retract/)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+from fastapi.testclient import TestClient
+
+import tests.moirae.scenario_small as sc
+from moirae.api.app import create_app
+from recall.revision_ops import apply_revision
+from tests import engine_factory
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+
+RECALL_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, stddev(h.bw) AS sd_bw, count(*) AS n "
+              "FROM metrics h WHERE h.sid = :sid GROUP BY h.sid")
+TOKEN = "t" * 32
+
+
+def _current(engine, eid: str) -> dict:
+    rows: dict = {}
+    engine.results.flush()
+    for o in engine.results.read(eid, "norm"):
+        apply_revision(rows, o)
+    return rows
+
+
+def test_retract_a_live_overload_and_undo(spark, pg, tmp_path, monkeypatch):
+    if not pg.dsn.startswith("host=127.0.0.1"):
+        pytest.skip("one backend is enough for the end-to-end retraction test (slow)")
+    folder = tmp_path / "in"
+    folder.mkdir()
+    engine = engine_factory.make_engine(
+        pg, tmp_path / "data", monkeypatch, spark={"trigger": "300ms"},
+        archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4}, recall={"feedback_period": 100})
+    try:
+        df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
+        engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
+        engine.archiver.append("metrics", 0, sc.history(360), bulk=True)
+        engine.event_query("overload", sc.overload, inputs=["metrics"])
+        engine.recall("overload", RECALL_SQL, name="norm", period=timedelta(days=1), time_column="h.ts",
+                      extrapolate=False)
+        engine.start()
+        parts = sc.live()
+        for i, part in enumerate(parts):
+            part.assign(ts=part["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(folder / f"p{i}.csv", index=False,
+                                                                                 header=False)
+        want = sc.expected_events(pd.concat(parts))
+        sc.wait(lambda: {e.eid for e in engine.events.list(limit=100)} >= want, what="live overloads")
+        eids = sorted(want)
+        sc.wait(lambda: all(_current(engine, e) for e in eids), what="every overload's first norm")
+        engine.cancel_many(eids)  # no later refinement races the revisions checked below
+        engine.results.flush()
+        hot = parts[1]
+        start, end = hot["ts"].min(), hot["ts"].max() + timedelta(seconds=1)
+        sel = {"stream": "metrics", "key": {"sid": "s0"}, "start": start.isoformat(), "end": end.isoformat()}
+
+        client = TestClient(create_app(engine, token=TOKEN), base_url="http://127.0.0.1")
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        # refusals: one line each, nothing changed
+        bad = client.post("/api/retractions", json={"stream": "metrics", "predicate": "bw > (select 1)",
+                                                    "reason": "x"}, headers=auth)
+        assert bad.status_code == 422 and "subquery" in bad.json()["detail"]
+        broad = client.post("/api/retractions", json={"stream": "metrics", "predicate": "bw > 0", "reason": "x"},
+                            headers=auth)
+        assert broad.status_code == 422 and "confirm" in broad.json()["detail"]
+        assert client.post("/api/retractions", json={**sel, "reason": "x"}).status_code == 401
+        assert client.get("/api/retractions").json()["retractions"] == []
+
+        before = client.get("/api/lookup", params={"stream": "metrics", "key": "sid:s0",
+                                                   "start": start.isoformat(), "end": end.isoformat()}).json()
+        assert set(eids) <= {a["eid"] for a in before["alerts"]} and before["counts"]["open"] >= len(eids)
+
+        res = client.post("/api/retractions", json={**sel, "reason": "s0's sensor was stuck", "by": "ann"},
+                          headers=auth)
+        assert res.status_code == 200, res.text
+        out = res.json()
+        assert set(eids) <= set(out["retracted"])
+        for eid in eids:
+            support = client.get(f"/api/events/{eid}/support").json()
+            assert support["status"] == "retracted" and support["reason"] == "s0's sensor was stuck"
+            assert support["in_archive_all"] is True  # retracted rows stay in the archive
+            assert _current(engine, eid) == {}  # its norm revised away
+        incident = engine.incidents.incident_of(eids)[eids[0]]
+        assert engine.incidents.get(incident)["status"] == "resolved"
+        audit = {r["action"] for r in client.get("/api/audit", headers=auth).json()["records"]}
+        assert {"retraction", "alert retracted", "retraction refused"} <= audit
+
+        undo = client.post(f"/api/retractions/{out['id']}/undo", json={"by": "bob"}, headers=auth).json()
+        assert set(eids) <= set(undo["restored"])
+        for eid in eids:
+            assert client.get(f"/api/events/{eid}/support").json()["status"] == "active"
+            assert _current(engine, eid)
+        assert engine.incidents.get(incident)["status"] == "open"
+        assert client.get(f"/api/retractions/{out['id']}").json()["active"] is False
+    finally:
+        engine.close()
