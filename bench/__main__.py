@@ -8,7 +8,7 @@ benchmark, an hour or more of a shared machine. ``--quick`` applies to every ben
 the options of one benchmark (``--rounds 3``) are passed on when it is the only one named.
 
 >>> available()[:3]
-['archive_chunks', 'archive_ingest', 'cluster_workers']
+['archive_chunks', 'archive_ingest', 'bursts']
 >>> chosen(["engine_e2e", "--quick"])
 (['engine_e2e'], ['--quick'])
 >>> chosen(["engine_e2e", "--rounds", "3"])

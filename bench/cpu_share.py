@@ -91,6 +91,7 @@ class CpuShare:
         self.interval_s = interval_s
         self._seconds = dict.fromkeys(CLASSES, 0.0)
         self._prev: dict[int, tuple[str, float]] = {}
+        self._ignored: set[tuple[int, float | None]] = set()  # (pid, start time) of processes of no class
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = self._busy0 = 0.0
@@ -121,19 +122,26 @@ class CpuShare:
             self._sample()
 
     def _sample(self) -> None:
+        # This thread runs in the measured driver and holds its GIL while it samples: a
+        # process's name and command line (two more /proc reads) are read once, when it is
+        # first seen, and a process of no class (another user's) is not read again
         me = os.getpid()
-        for p in psutil.process_iter(["name", "cmdline", "cpu_times", "create_time"]):
+        for p in psutil.process_iter(["cpu_times", "create_time"]):
             try:
                 info = p.info
+                ident = (p.pid, info["create_time"])
+                if ident in self._ignored:
+                    continue
                 times = info["cpu_times"]
                 if times is None:
                     continue
                 used = times.user + times.system
                 known = self._prev.get(p.pid)
-                cls = known[0] if known else classify(info["name"] or "", info["cmdline"] or [], p.pid == me)
+                cls = known[0] if known else classify(p.name() or "", p.cmdline() or [], p.pid == me)
             except (psutil.Error, TypeError):
                 continue
             if cls is None:
+                self._ignored.add(ident)
                 continue
             if known is not None and used >= known[1]:
                 self._seconds[cls] += used - known[1]

@@ -125,12 +125,17 @@ class _Incidents:
     def __len__(self) -> int:
         return int(self.id.shape[0])
 
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The columns in ``_COLS`` order."""
+        return (self.key, self.id, self.score, self.ts, self.eid, self.first, self.last, self.windows, self.live,
+                self.src, self.parts)
+
     def take(self, idx: np.ndarray) -> _Incidents:
-        return _Incidents(*(getattr(self, c)[idx] for c in _COLS))
+        return _Incidents(*[col[idx] for col in self.columns()])
 
     @staticmethod
     def concat(a: _Incidents, b: _Incidents) -> _Incidents:
-        return _Incidents(*(np.concatenate([getattr(a, c), getattr(b, c)]) for c in _COLS))
+        return _Incidents(*[np.concatenate((x, y)) for x, y in zip(a.columns(), b.columns(), strict=True)])
 
 
 @dataclass
@@ -209,7 +214,8 @@ class IncidentTop:
         m = g.m
         self._tracking = self._tracking or bool(surrounding)
         if self._tracking and surrounding:
-            parts = _objs([[(src, e.tolist())] for e in np.split(eids[g.order], g.starts[1:-1])])
+            ordered, bounds = eids[g.order].tolist(), g.starts.tolist()
+            parts = _objs([[(src, ordered[a:b])] for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
         else:
             parts = np.full(m, None, dtype=object)
         return _Incidents(g.key, g.ids, best, ts[rep], eids[rep], g.first_ns.copy(),
@@ -266,13 +272,22 @@ class IncidentTop:
         (``oldest_ns``); forget the sources no kept incident needs."""
         reach = oldest_ns + self.rule.step_ns
         near = np.flatnonzero(c.first < reach)
-        near = near[np.argsort(c.first[near], kind="stable")]
-        near = near[_first_of_each(c.key[near])]
-        in_chunk = np.zeros(len(f), dtype=bool)
-        in_chunk[fpos[fpos >= 0]] = True
-        self.frontier = _Incidents.concat(f.take(np.flatnonzero(~in_chunk & (f.first < reach))), c.take(near))
-        keep = set(self.frontier.src.tolist()) | {-1}
-        self._sources = {s: v for s, v in self._sources.items() if s in keep}
+        if near.size > 1:
+            near = near[np.argsort(c.first[near], kind="stable")]
+            near = near[_first_of_each(c.key[near])]
+        stay = f.first < reach
+        stay[fpos[fpos >= 0]] = False  # a frontier key the chunk has moves on to the chunk's incident
+        # A chunk is a few detections: most chunks keep no frontier incident and add none,
+        # so the frontier's columns are rebuilt only when it holds any (same result)
+        if not stay.any():
+            self.frontier = c.take(near)
+        elif near.size == 0 and stay.all():
+            self.frontier = f
+        else:
+            self.frontier = _Incidents.concat(f.take(np.flatnonzero(stay)), c.take(near))
+        keep = set(self.frontier.src.tolist())
+        if len(self._sources) > len(keep) + 1 or not keep <= self._sources.keys():
+            self._sources = {s: v for s, v in self._sources.items() if s in keep or s == -1}
 
     def _made(self, c: _Incidents, j: int) -> PastIncident:
         contexts = self._sources[int(c.src[j])][0]

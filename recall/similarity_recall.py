@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,11 @@ class _State:
     status: dict | None = None  # the status row held (a partial one while the search pauses)
     progress: SearchProgress | None = None  # how far replica2 has searched (recall.replica2)
     progress_at: float | None = None  # monotonic time of the last progress row
+    newest_ns: int | None = None  # the newest past time a result may have (event time - exclude_recent)
+    explained: dict[str, tuple[Any, list, list]] = field(default_factory=dict)
+    """Per past eid emitted, its context and shared terms: both depend on the eid and the
+    task's scorer alone, so a held incident re-emitted with the same best window (a
+    revision of its extent) does not explain it again."""
 
 
 @dataclass(frozen=True)
@@ -380,8 +385,10 @@ class SimilarityRecall:
         if ix.n == 0:
             return []
         chunk = ix.chunk
-        newest = pd.Timestamp(state.spec.event_ts - self.exclude_recent).as_unit("ns").value
-        latest, at = ix.memo("eid_index", lambda: (int(chunk.ts.max()), pd.Index(chunk.eids)))
+        if state.newest_ns is None:
+            state.newest_ns = pd.Timestamp(state.spec.event_ts - self.exclude_recent).as_unit("ns").value
+        newest = state.newest_ns
+        latest, at = ix.memo("eid_set", lambda: (int(chunk.ts.max()), frozenset(chunk.eids.tolist())))
         if latest < newest and state.spec.eid not in at:  # the usual case: the whole chunk is past
             keep = np.ones(chunk.n, dtype=bool)
         else:
@@ -424,15 +431,16 @@ class SimilarityRecall:
 
     def _row(self, state: _State, p: PastIncident, contexts: Mapping[str, list[dict]],
              recorded: Mapping[str, str]) -> dict[str, Any]:
-        context = p.context
-        table = state.scorer.table
-        why = explain(table, state.scorer.bag, context)
-        return {"incident": p.id, "past_eid": p.eid, "past_ts": pd.Timestamp(p.ts, tz="UTC").isoformat(),
-                "score": float(p.score), "windows": p.windows,
-                "start": pd.Timestamp(p.first_ns, tz="UTC").isoformat(),
-                "end": pd.Timestamp(p.last_ns, tz="UTC").isoformat(),
+        held = state.explained.get(p.eid)
+        if held is None or held[0] is not p.contexts:
+            context = p.context
+            why = explain(state.scorer.table, state.scorer.bag, context)
+            held = state.explained[p.eid] = (p.contexts, context, [c.to_json() for c in why.top(self.explain_terms)])
+        _, context, shared = held
+        return {"incident": p.id, "past_eid": p.eid, "past_ts": _iso(p.ts),
+                "score": float(p.score), "windows": p.windows, "start": _iso(p.first_ns), "end": _iso(p.last_ns),
                 "resolution": resolution_of(p, recorded), "context": context,
-                "shared_terms": [c.to_json() for c in why.top(self.explain_terms)],
+                "shared_terms": shared,
                 "surrounding": p.surrounding}
 
     def on_end(self, state: _State, reason: EndReason) -> list[Output]:
@@ -482,6 +490,19 @@ class SimilarityRecall:
         state.seq += 1
         return Output(self.name, state.spec.eid, state.spec.event_ts, kind, state.seq, str(key), dict(row),
                       state.covered)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _iso(ns: int) -> str:
+    """``pd.Timestamp(ns, tz="UTC").isoformat()``, through :mod:`datetime` when the time
+    has no nanoseconds (a tenth of the cost; one row has three of them;
+    tests/recall/test_similarity_iso.py pins the equality)."""
+    ns = int(ns)
+    if ns % 1000:
+        return pd.Timestamp(ns, tz="UTC").isoformat()
+    return (_EPOCH + timedelta(microseconds=ns // 1000)).isoformat()
 
 
 def _history_sql(op: SimilarityRecall) -> str:

@@ -42,6 +42,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -78,8 +79,9 @@ class IncidentRule:
         """The largest distance between two linked detections' times."""
         return self.window + (self.window if self.gap is None else self.gap)
 
-    @property
+    @cached_property
     def step_ns(self) -> int:
+        """:attr:`step` in nanoseconds (read once per chunk a task scores: computed once)."""
         return int(self.step / timedelta(microseconds=1)) * 1000
 
     def key_of(self, attrs: Mapping[str, Any]) -> str:

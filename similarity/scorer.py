@@ -91,6 +91,9 @@ class QueryScorer:
         order = np.argsort(np.asarray(cols, dtype=np.int64), kind="stable")
         self._cols = np.asarray(cols, dtype=np.int64)[order]
         self._w = np.asarray(weights, dtype=np.float64)[order]
+        # the query's weights times IDF, per column (every column here is within the table):
+        # what each chunk's dot product multiplies its TF by, computed once per query
+        self._a = table.idf[self._cols] * self._w if self._cols.size else self._w
         self._numeric = table.numeric_weights(bag)
         norm_sq = float(self._w @ self._w) + unknown_sq
         norm_sq += sum(float(w @ w) for _, w in self._numeric.values())
@@ -125,11 +128,12 @@ class QueryScorer:
         """The numerator of the cosine for every row of ``chunk``."""
         num = np.zeros(chunk.n)
         if self._cols.size:
-            keep = self._cols < chunk.n_cols
-            cols = self._cols[keep]
-            if cols.size:
-                a = self.table.idf_for_columns(chunk.n_cols)[cols] * self._w[keep]
-                num = _column_dot(chunk, cols, a)
+            if self._cols[-1] < chunk.n_cols:  # sorted: every query column is in the chunk's range
+                num = _column_dot(chunk, self._cols, self._a)
+            else:
+                keep = self._cols < chunk.n_cols
+                if keep.any():
+                    num = _column_dot(chunk, self._cols[keep], self._a[keep])
         if self._numeric:
             prepared = self._prepared(chunk)
             for attr, (qv, qw) in self._numeric.items():

@@ -37,7 +37,9 @@ For replay across restarts use NATS JetStream (:mod:`moirae.sources.nats`).
 Options: ``topic`` (required; MQTT wildcards allowed), ``host`` (127.0.0.1), ``port``
 (1883), ``clientId`` (default ``moirae-<topic>``), ``qos`` (0 or 1, default 1),
 ``idField``, ``dedupWindow``, ``username``, ``password``, ``topicColumn`` (a schema
-column filled with the message's topic), ``schema``.
+column filled with the message's topic), ``schema``, ``maxBatch`` (the source's admission
+control: messages per micro-batch at most, default :data:`DEFAULT_MAX_BATCH`; 0: no
+bound), so a backlog is taken in bounded batches instead of one that grows with it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from moirae.sources.payloads import declared_schema, decode, options_of, to_arro
 
 FORMAT = "moirae_mqtt"
 _KNOWN = {"topic", "host", "port", "clientid", "qos", "idfield", "dedupwindow", "username", "password",
-          "topiccolumn", "schema"}
+          "topiccolumn", "schema", "maxbatch"}
+#: messages per micro-batch at most unless ``maxBatch`` says otherwise
+DEFAULT_MAX_BATCH = 100_000
 
 
 #: the ``mqtt`` source kind's options, for monitor files (moirae/sources/kinds.py)
@@ -62,7 +66,7 @@ OPTIONS_SCHEMA = {"type": "object", "required": ["topic"], "additionalProperties
     "topic": {"type": "string", "minLength": 1}, "host": {"type": "string"}, "port": {"type": ["integer", "string"]},
     "clientId": {"type": "string"}, "qos": {"enum": [0, 1, "0", "1"]}, "idField": {"type": "string"},
     "dedupWindow": {"type": ["integer", "string"]}, "username": {"type": "string"}, "password": {"type": "string"},
-    "topicColumn": {"type": "string"}, "schema": {"type": "string"}}}
+    "topicColumn": {"type": "string"}, "schema": {"type": "string"}, "maxBatch": {"type": ["integer", "string"]}}}
 
 
 class MqttSourceError(SourceError, ValueError):
@@ -81,7 +85,8 @@ def parse_options(options) -> dict[str, Any]:
                            "client_id": opts.get("clientid") or "moirae-" + re.sub(r"[^A-Za-z0-9_-]", "_", opts["topic"]),
                            "id_field": opts.get("idfield"), "username": opts.get("username"),
                            "password": opts.get("password"), "topic_col": opts.get("topiccolumn")}
-    for key, default, lo, hi in (("port", 1883, 1, 65535), ("qos", 1, 0, 1), ("dedupwindow", 100_000, 1, 10**8)):
+    for key, default, lo, hi in (("port", 1883, 1, 65535), ("qos", 1, 0, 1), ("dedupwindow", 100_000, 1, 10**8),
+                                 ("maxbatch", DEFAULT_MAX_BATCH, 0, 10**9)):
         raw = opts.get(key, str(default))
         try:
             out[key] = int(raw)
@@ -211,8 +216,19 @@ class MqttStreamReader(DataSourceStreamReader):
         self.receiver  # noqa: B018 - subscribe now: messages from here on are kept
         return {"n": 0}
 
+    def getDefaultReadLimit(self):
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        return ReadMaxRows(self.opts["maxbatch"]) if self.opts.get("maxbatch") else ReadAllAvailable()
+
     def latestOffset(self, start: dict, limit) -> dict:
-        return {"n": self.receiver.latest(int(start["n"]))}
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        n = int(start["n"])
+        last = self.receiver.latest(n)
+        if isinstance(limit, ReadMaxRows):  # admission control: a backlog goes in bounded batches
+            last = min(last, n + limit.max_rows)
+        return {"n": last}
 
     def partitions(self, start: dict, end: dict):
         msgs = self.receiver.between(int(start["n"]), int(end["n"]))

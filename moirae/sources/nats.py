@@ -22,8 +22,9 @@ read are gaps JetStream cannot replay.
 
 Options: ``stream`` (required), ``servers`` (comma-separated URLs, default
 ``nats://127.0.0.1:4222``), ``subject`` (a filter within the stream), ``schema`` (a
-Spark DDL string, unless the reader is given a schema), ``maxBatch`` (messages per
-micro-batch at most), ``partitions`` (a batch's range is split into that many reads,
+Spark DDL string, unless the reader is given a schema), ``maxBatch`` (the source's
+admission control: sequences per micro-batch at most, default :data:`DEFAULT_MAX_BATCH`;
+0: no bound), ``partitions`` (a batch's range is split into that many reads,
 default 1), ``seqColumn`` and ``subjectColumn`` (schema columns filled with the
 message's stream sequence and subject instead of payload fields), ``fetch`` (messages
 per fetch, default 1000).
@@ -41,6 +42,9 @@ from moirae.sources.payloads import declared_schema, decode, options_of, to_arro
 
 FORMAT = "moirae_nats"
 DEFAULT_SERVERS = "nats://127.0.0.1:4222"
+#: sequences per micro-batch at most unless ``maxBatch`` says otherwise (a backlog goes in
+#: bounded batches instead of one batch that grows with it)
+DEFAULT_MAX_BATCH = 100_000
 _KNOWN = {"stream", "servers", "subject", "schema", "maxbatch", "partitions", "seqcolumn", "subjectcolumn",
           "fetch"}
 
@@ -68,7 +72,7 @@ def parse_options(options) -> dict[str, Any]:
     out: dict[str, Any] = {"stream": opts["stream"], "servers": opts.get("servers", DEFAULT_SERVERS).split(","),
                            "subject": opts.get("subject") or "", "seq_col": opts.get("seqcolumn"),
                            "subject_col": opts.get("subjectcolumn")}
-    for key, default in (("maxbatch", 0), ("partitions", 1), ("fetch", 1000)):
+    for key, default in (("maxbatch", DEFAULT_MAX_BATCH), ("partitions", 1), ("fetch", 1000)):
         raw = opts.get(key, str(default))
         try:
             out[key] = int(raw)

@@ -16,6 +16,9 @@ Options:
 - ``until``: optional scenario time where the stream ends (a bounded replay);
 - ``speedup``: scenario seconds per wall second (default: the file's ``live.speedup``),
   or ``max`` to deliver ``maxSpanSeconds`` (default 3600) of scenario time per batch;
+- ``maxSpanSeconds``: also the source's admission control when paced: a micro-batch
+  covers at most that much scenario time, so a query that fell behind catches up in
+  bounded batches instead of one batch of the whole backlog (docs/ARCHITECTURE.md, 3.7);
 - ``out_of_order``, ``min_delay_ms``, ``max_delay_ms``, ``distribution``: override the
   file's ``live`` section (DEBS'19 disorder, per-row delays fixed by the seed).
 
@@ -105,7 +108,12 @@ def spec_from_options(options) -> ClusterStreamSpec:
         raise InvalidReplayOption(f"option 'speedup' must be positive, got {raw_speed!r}")
     start = _iso_ns("start", opts["start"]) if "start" in opts else config.history_end_ns
     until = _iso_ns("until", opts["until"]) if "until" in opts else None
-    span = float(opts.get("maxspanseconds", "3600"))
+    try:
+        span = float(opts.get("maxspanseconds", "3600"))
+    except ValueError:
+        raise InvalidReplayOption(f"option 'maxSpanSeconds' must be a number, got {opts['maxspanseconds']!r}") from None
+    if not span > 0:
+        raise InvalidReplayOption(f"option 'maxSpanSeconds' must be positive, got {opts['maxspanseconds']!r}")
     return ClusterStreamSpec(config, stream, start, until, speedup, int(span * 1e9))
 
 
@@ -172,8 +180,8 @@ class ClusterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is None:
                 self._target = spec.until_ns if spec.until_ns is not None else self._horizon(t)
             end = min(self._target, t + spec.max_span_ns)
-        else:
-            end = self._horizon(t)
+        else:  # paced: what the clock made due, at most one span (admission control)
+            end = min(self._horizon(t), t + spec.max_span_ns)
             if spec.until_ns is not None:
                 end = min(end, spec.until_ns)
         return {"t": max(t, end)}

@@ -10,7 +10,9 @@ Usage::
 
 Options mirror :class:`~moirae.sources.disorder.ReplayConfig` (``path``, ``ts_col``,
 ``unit``, ``out_of_order``, ``min_delay_ms``, ``max_delay_ms``, ``distribution``,
-``seed``, ``speedup``) plus ``maxRowsPerBatch`` (a cap per micro-batch) and
+``seed``, ``speedup``) plus ``maxRowsPerBatch`` (the source's admission control: rows per micro-batch at
+most, default :data:`DEFAULT_MAX_ROWS`, 0 for no bound; a query that fell behind
+catches up in bounded batches, not one batch of the whole backlog) and
 ``deadLetterPath``: rows with an unparseable event time are written there as CSV with
 their reason; without it, such rows make the source fail (UnparseableRows) rather than
 vanish (docs/ARCHITECTURE.md, "Invariants").
@@ -33,6 +35,8 @@ from moirae.sources.replay import Replay, replay_file
 
 FORMAT = "moirae_replay"
 _FLOAT_KEYS = ("out_of_order", "min_delay_ms", "max_delay_ms")
+#: rows per micro-batch at most unless ``maxRowsPerBatch`` says otherwise
+DEFAULT_MAX_ROWS = 1_000_000
 _KNOWN = {"path", "ts_col", "unit", "distribution", "seed", "speedup", "maxrowsperbatch",
           "deadletterpath", *_FLOAT_KEYS}
 
@@ -136,8 +140,14 @@ class ReplayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.frame = replay.rows
         self.schema = schema
         opts = {str(k).lower(): v for k, v in dict(options).items()}
-        cap = opts.get("maxrowsperbatch")
-        self.max_rows = int(cap) if cap else None
+        cap = opts.get("maxrowsperbatch", DEFAULT_MAX_ROWS)
+        try:
+            cap = int(cap)
+        except (TypeError, ValueError):
+            raise InvalidReplayOption(f"option 'maxRowsPerBatch' must be a whole number, got {cap!r}") from None
+        if cap < 0:
+            raise InvalidReplayOption(f"option 'maxRowsPerBatch' must be 0 (no bound) or more, got {cap!r}")
+        self.max_rows = cap or None
         ingest = replay.rows["ingest_ts"].to_numpy(dtype="datetime64[ns]").view("int64")
         self.pacer = Pacer(ingest, replay.config.speedup, MonotonicClock())
         self.available_now = False
