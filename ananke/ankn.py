@@ -28,6 +28,19 @@ needs only τ_K ∈ [τ_s, τ_s + U] (A 5.2, "Corner case").
 
 Timestamps differ from ANK-1's, as A 6.2 says; the sets of vertices, edges and labels are
 the same. The output columns are :data:`ITEM_COLUMNS`.
+
+The paper's two auxiliary operators are also here as it composes them from native
+operators, each usable on its own, batch or streaming: :func:`delay` (D, figure 7: an
+Aggregate of windows 2U advancing U keyed by the payload, a Filter keeping the copy
+delayed by more than U, a Map restoring the payload) and :func:`forward_once` (FO,
+figures 8-9: two Aggregates of tumbling 2U windows offset by U, counting each key's
+tuples, and a Join under predicate (5.1)). :func:`ankn_items` does not chain them as
+figure 6 does: in one Spark streaming query every branch of a union re-runs the query
+upstream of it with state of its own, and figure 6 would stack five stateful operators
+(D_1, FO's three, D_2) and the sorting Aggregate on four branches. Its one Aggregate is
+D with F applied first, and FO keyed by the source tuple's own time τ_s, which every
+occurrence of a source vertex carries (so the group's first arrival need not be found by
+counting, as FO's Join does).
 """
 
 from __future__ import annotations
@@ -38,7 +51,7 @@ from datetime import timedelta
 
 from ananke.abc import GraphSink
 from ananke.errors import AnankeError
-from ananke.ids import PROV, from_micros, sink_id_col, spark_interval
+from ananke.ids import PROV, from_micros, micros, sink_id_col, spark_interval
 from ananke.items import Edge, GraphItem, Label, SinkVertex, SourceVertex
 from ananke.query import ProvSink
 
@@ -120,6 +133,95 @@ def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None)
         .otherwise(F.array(out("source", "source", end, body=True), out("label", "source", end + F.lit(u_us))))
     )
     return grouped.select(F.explode(expanded).alias("o")).select(*[F.col(f"o.{c}").alias(c) for c in ITEM_COLUMNS])
+
+
+def delay(df, ts: str, U: timedelta):
+    """The paper's Delay operator D as figure 7 composes it (A 5.2): every input tuple once,
+    payload unchanged, stamped ``delay(τ) = (⌊τ/U⌋ + 2)·U``, so ``U < delay(τ) - τ <= 2U``.
+
+    - A: an Aggregate over event time ``ts`` with windows of size 2U advancing U, keyed by
+      the payload (every column but ``ts``) and the input's own time τ_orig, so a tuple
+      lands in exactly two windows and leaves one output tuple for each;
+    - F: keeps the output whose window end lies more than U after τ_orig (exactly one of
+      the two);
+    - M: restores the payload, stamped with that window's end.
+
+    The payload must be unique per tuple (the paper's premise) and groupable (no map
+    columns). On a streaming ``df`` the column ``ts`` needs a watermark, and a tuple
+    leaves when the watermark passes its window's end. :func:`ankn_items` applies F's
+    condition before its Aggregate instead (so its state holds each item once).
+
+    >>> from datetime import datetime, UTC
+    >>> tau, U = datetime(2024, 1, 1, 0, 0, 25, tzinfo=UTC), timedelta(seconds=10)
+    >>> delay_of(tau, U).second, U < delay_of(tau, U) - tau <= 2 * U
+    (40, True)
+    """
+    from pyspark.sql import functions as F
+
+    u_us = _micros(U)
+    payload = [c for c in df.columns if c != ts]
+    # τ_orig as a number: a second timestamp key would carry the watermark's marker too,
+    # and a streaming Aggregate takes one event-time column
+    a = (df.groupBy(F.window(ts, spark_interval(2 * U), spark_interval(U)).alias("_w"),
+                    F.unix_micros(F.col(ts)).alias("_orig"), *payload).agg(F.count(F.lit(1)).alias("_n")))
+    f = a.filter(F.unix_micros(F.col("_w.end")) - F.col("_orig") > F.lit(u_us))
+    return f.select(*payload, F.col("_w.end").alias(ts))
+
+
+def forward_once(df, ts: str, key: Sequence[str], U: timedelta):
+    """The paper's Forward Once operator FO as figure 8 composes it (A 5.2, fig. 9): of a
+    group of tuples t_1..t_n with the same ``key`` and t_n.τ - t_1.τ < U, exactly one tuple
+    is output, with t_n's payload (every column but ``ts`` and ``key``), stamped
+    ``delay(t_1.τ)``.
+
+    - A_1, A_2: Aggregates with tumbling windows of size 2U, A_2's offset by U, keyed by
+      ``key``, each emitting its window's end, the count c of the group's tuples in it and
+      the latest tuple's payload;
+    - J: a Join of A_1's and A_2's outputs on ``key`` within a window of size 2U advancing
+      U (so within U of each other: their ends alternate U apart) under the predicate
+      (5.1) ``(r.τ <= s.τ ∧ r.c <= s.c) ∨ (s.τ <= r.τ ∧ s.c <= r.c)``; the later of the
+      pair is forwarded. A group inside one window of each Aggregate meets once (equal
+      counts); a group split by one Aggregate's boundary meets the other's one window
+      twice, and only the earlier meeting satisfies (5.1).
+
+    Source tuples named again by later sink tuples are never further than U apart
+    (Remark 4.1), so FO over source vertices emits each exactly once (R-V)."""
+    from pyspark.sql import functions as F
+
+    key = list(key)
+    payload = [c for c in df.columns if c != ts and c not in key]
+    u_us, two_u = _micros(U), spark_interval(2 * U)
+
+    def aggregate(start: str | None, side: str):
+        w = F.window(ts, two_u, two_u, start) if start else F.window(ts, two_u)
+        latest = F.max_by(F.struct(*payload), F.col(ts)) if payload else F.lit(None)
+        return (df.groupBy(w.alias("_w"), *key).agg(F.count(F.lit(1)).alias("_c"), latest.alias("_p"))
+                .select(*[F.col(k).alias(f"{side}{k}") for k in key], F.unix_micros(F.col("_w.end")).alias(f"{side}_t"),
+                        F.col("_c").alias(f"{side}_c"), F.col("_p").alias(f"{side}_p")))
+
+    r, s = aggregate(None, "r"), aggregate(spark_interval(U), "s")
+    same = [F.col(f"r{k}") == F.col(f"s{k}") for k in key]
+    near = F.abs(F.col("r_t") - F.col("s_t")) <= F.lit(u_us)
+    fo = (((F.col("r_t") <= F.col("s_t")) & (F.col("r_c") <= F.col("s_c")))
+          | ((F.col("s_t") <= F.col("r_t")) & (F.col("s_c") <= F.col("r_c"))))
+    cond = same[0]
+    for c in [*same[1:], near, fo]:
+        cond = cond & c
+    j = r.join(s, cond)
+    later = F.col("r_t") > F.col("s_t")
+    body = F.when(later, F.col("r_p")).otherwise(F.col("s_p"))
+    return j.select(*[F.col(f"r{k}").alias(k) for k in key], *[body[c].alias(c) for c in payload],
+                    F.timestamp_micros(F.greatest(F.col("r_t"), F.col("s_t"))).alias(ts))
+
+
+def delay_of(tau, U: timedelta):
+    """``delay(τ) = (⌊τ/U⌋ + 2)·U`` (A 5.2) of an aware datetime."""
+    u = _micros(U)
+    return from_micros((micros(tau) // u + 2) * u)
+
+
+def _micros(U: timedelta) -> int:
+    return int(U / timedelta(microseconds=1))
 
 
 def rows_to_items(rows: Sequence) -> list[GraphItem]:

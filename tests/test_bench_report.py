@@ -64,8 +64,8 @@ def test_a_benchmark_never_run_is_listed_as_not_run(results):
 def test_capacity_ladder_searches_down_for_a_configuration_behind_at_the_start(monkeypatch):
     """bench.engine_jvm.capacities: doubling up while a configuration keeps up, and halving
     down from the start for one that never did, so a slow configuration's capacity comes
-    from the same run instead of a 0, and one try at 1.5x a capacity whose double fell
-    behind (the search itself; `measure` stands in for Spark)."""
+    from the same run instead of a 0, then bisecting each bracket until its ends are
+    within 10 % (the search itself; `measure` stands in for Spark)."""
     from bench.engine import engine_jvm
 
     caps = {"plain": 130_000, "slow": 3_000}
@@ -77,9 +77,12 @@ def test_capacity_ladder_searches_down_for_a_configuration_behind_at_the_start(m
 
     monkeypatch.setattr(engine_jvm, "measure", measure)
     out = engine_jvm.capacities(None, ["plain", "slow"], start=20_000, seconds=1, warm=0, limit=1_000_000)
-    assert out["plain"]["sustained_rows_per_s"] == 120_000 and not out["plain"]["capped"]  # 80k, 160k behind, 120k
-    assert out["slow"]["sustained_rows_per_s"] == 2_500
-    assert [r for c, r in tried if c == "slow"] == [20_000, 10_000, 5_000, 2_500, 3_750]
+    # 80k kept up, 160k behind, then geometric midpoints: 113,137 yes, 134,543 no, 123,377 yes
+    assert out["plain"]["sustained_rows_per_s"] == 123_377 and not out["plain"]["capped"]
+    assert out["plain"]["bracket"] == [123_377, 134_543]
+    lo, hi = out["slow"]["bracket"]
+    assert lo <= caps["slow"] < hi and hi / lo <= 1.1 and out["slow"]["sustained_rows_per_s"] == lo
+    assert [r for c, r in tried if c == "slow"][:4] == [20_000, 10_000, 5_000, 2_500]
     caps["slow"] = 100
     out = engine_jvm.capacities(None, ["slow"], start=20_000, seconds=1, warm=0, limit=20_000)
     assert out["slow"]["sustained_rows_per_s"] == 0  # below the floor (start / 16): no capacity found

