@@ -84,7 +84,7 @@ def test_rows_split_by_chunk_keep_every_row_once_in_its_chunk_and_order(chunk_of
 
 
 @pytest.mark.postgres
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(_row, max_size=40))
 def test_binary_copy_round_trips_every_type_and_null(pg, rows):
     got = _copy_back(pg, COLS, rows)
@@ -96,7 +96,7 @@ def test_binary_copy_round_trips_every_type_and_null(pg, rows):
 
 
 @pytest.mark.postgres
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), _ts, st.floats(allow_nan=False), st.booleans()),
                      min_size=1, max_size=40))
 def test_binary_copy_of_fixed_width_rows_without_nulls_round_trips(pg, rows):
@@ -105,7 +105,7 @@ def test_binary_copy_of_fixed_width_rows_without_nulls_round_trips(pg, rows):
 
 
 @pytest.mark.postgres
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), _ts, _text, st.floats(allow_nan=False),
                                st.booleans() | st.none()), min_size=1, max_size=40))
 def test_binary_copy_of_text_without_nulls_between_fixed_runs_round_trips(pg, rows):

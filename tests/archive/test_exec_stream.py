@@ -75,7 +75,7 @@ def _frame(n: int, late_hours: int, bad: int) -> pd.DataFrame:
     return frame
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(n=st.integers(1, 60), cuts=st.lists(st.integers(0, 60), max_size=6), late=st.sampled_from([0, 1]),
        bad=st.integers(0, 2), cluster=st.sampled_from([(), ("host",)]), block=st.integers(1, 30))
 def test_streamed_writes_what_the_whole_partition_writer_writes(pg_dsn, n, cuts, late, bad, cluster, block):

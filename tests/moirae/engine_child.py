@@ -1,9 +1,12 @@
 """A child process running the small scenario's engine, for the SIGKILL recovery test.
 
-Usage: python -m tests.moirae.engine_child DATA_DIR DSN SCHEMA FOLDER SECONDS
+Usage: python -m tests.moirae.engine_child DATA_DIR DSN SCHEMA FOLDER SECONDS [ROWS EIDS]
 Runs the overload event-query with a slow Recall (so tasks are open when killed) over
 CSV files in FOLDER for SECONDS (or until killed), printing "EVENTS n OPEN m" every 0.5 s
 (n events detected, m of them with recall still open); the kill tests wait for m > 0.
+With ROWS and EIDS (comma-separated event ids) it ends earlier, once it has settled
+(:func:`settled` on three reports in a row): what it then holds is checked by the test
+as after a run of SECONDS, which stays the bound when it never settles.
 """
 
 from __future__ import annotations
@@ -24,7 +27,27 @@ SLOW_SQL = ("SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n, max(pg_sleep(0.0
             "FROM metrics h WHERE h.sid = :sid GROUP BY h.sid")
 
 
-def main(data_dir: str, dsn: str, schema: str, folder: str, seconds: float) -> None:
+UNFINISHED = {"runnable", "running", "suspended", "ending"}
+
+
+def settled(engine, rows: int, eids: set[str]) -> bool:
+    """At least ``rows`` rows archived in ``metrics``, every streaming query idle with no
+    data left, every event of ``eids`` detected, none open, no recall task (the
+    replica's included) unfinished."""
+    deploy = engine.deploy
+    with deploy.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT count(*) FROM metrics")
+        if cur.fetchone()[0] < rows:
+            return False
+    if any(q.status.get("isTriggerActive") or q.status.get("isDataAvailable") for q in engine.spark.streams.active):
+        return False
+    return (deploy.events.known(eids) == eids and not deploy.manager.open_events()
+            and not deploy.events.open_events()
+            and not any(t.state.value in UNFINISHED for t in deploy.manager.tasks()))
+
+
+def main(data_dir: str, dsn: str, schema: str, folder: str, seconds: float, rows: int = 0,
+         eids: set[str] | None = None) -> None:
     engine = make_engine((dsn, schema), data_dir,
                          spark={"trigger": "300ms"}, archive={"chunk_span": "30m", "chunk_target_rows": 0},
                          recall={"feedback_period": 100, "max_concurrent": 1})
@@ -36,13 +59,18 @@ def main(data_dir: str, dsn: str, schema: str, folder: str, seconds: float) -> N
     engine.recall("overload", SLOW_SQL, name="slow", bound=timedelta(hours=3))
     engine.start()
     deadline = time.monotonic() + seconds
+    calm = 0
     while time.monotonic() < deadline:
         print(f"EVENTS {len(engine.deploy.events.list(limit=1000))} OPEN {len(engine.deploy.manager.open_events())}",
               flush=True)
+        calm = calm + 1 if eids and settled(engine, rows, eids) else 0
+        if calm >= 3:
+            break
         time.sleep(0.5)
     engine.close()
     print("CLOSED", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]),
+         *((int(sys.argv[6]), set(sys.argv[7].split(","))) if len(sys.argv) > 7 else ()))

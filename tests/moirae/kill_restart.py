@@ -4,7 +4,7 @@ single-kill test (``test_crash_recovery.py``) and the fault suite's 3-kill test
 
 :func:`run_with_kills` starts the child, waits until it reports an event whose recall is
 open, sleeps the given extra delay and SIGKILLs it, once per delay, restarting it on the
-same data directory and database each time; then a last restart runs to its end.
+same data directory and database each time; then a last restart runs until it has settled.
 :func:`check_recovered` asserts the invariant "nothing is lost" (docs/ARCHITECTURE.md) on the result and returns
 the figures the fault suite records.
 """
@@ -27,7 +27,7 @@ import tests.moirae.scenario_small as sc
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 START_TIMEOUT_S = 300
-FINAL_RUN_S = 60
+FINAL_RUN_S = 180  # the bound: the last run ends once settled (engine_child.settled)
 
 
 @dataclass
@@ -85,8 +85,9 @@ def _kill_when_open(args: list[str], delay: float) -> int:
 def run_with_kills(pg, tmp_path: Path, delays: Sequence[float]) -> KillRun:
     """The small scenario's live part (6 CSV parts, one per trigger) with one SIGKILL per
     entry of ``delays`` (seconds after the child reported an open recall), each followed
-    by a restart on the same data directory and database; the last restart runs for
-    :data:`FINAL_RUN_S` and closes the engine."""
+    by a restart on the same data directory and database; the last restart runs until it
+    has settled (``engine_child.settled``: every source row and expected live event in,
+    nothing open or unfinished), at most :data:`FINAL_RUN_S`, and closes the engine."""
     folder = tmp_path / "in"
     folder.mkdir()
     run = KillRun(live=sc.live(parts=6))
@@ -101,7 +102,11 @@ def run_with_kills(pg, tmp_path: Path, delays: Sequence[float]) -> KillRun:
         still_open = {r[0] for r in query(pg, "SELECT eid FROM moirae_events WHERE NOT recall_ended")}
         run.open_at_kills.append(len(still_open))
         run.killed_open |= still_open
-    child = _child([*args, str(FINAL_RUN_S)])  # resumes from the checkpoints and the event log
+    # resumes from the checkpoints and the event log; ends once it holds every source row
+    # and expected event with nothing open (FINAL_RUN_S when it never gets there)
+    rows = len(sc.history()) + sum(len(part) for part in run.live)
+    eids = ",".join(sorted(sc.expected_events(pd.concat(run.live))))
+    child = _child([*args, str(FINAL_RUN_S), str(rows), eids])
     run.final_output, _ = child.communicate(timeout=600)
     return run
 

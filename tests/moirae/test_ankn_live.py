@@ -14,6 +14,7 @@ from tests.engine_factory import make_engine
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
 
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: ANK-N's Spark operators are the subject
 def test_ankn_variant_writes_the_live_provenance_graph(spark, pg, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     folder = tmp_path / "in"

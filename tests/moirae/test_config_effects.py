@@ -43,6 +43,7 @@ e.close()
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: Spark settings are the subject
 def test_spark_master_and_ui_reach_the_session(spark, pg, tmp_path):
     """spark.master and spark.ui are fixed when a JVM starts: a child process with other
     values gets a session with them (this process's session has the defaults)."""
@@ -57,6 +58,7 @@ def test_spark_master_and_ui_reach_the_session(spark, pg, tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: Spark settings are the subject
 def test_shuffle_partitions_and_trigger(spark, pg, tmp_path, monkeypatch):
     folder = tmp_path / "in"
     folder.mkdir()
@@ -100,6 +102,7 @@ def test_maintenance_interval_paces_the_maintenance_job(pg, tmp_path, monkeypatc
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: the keys reaching it are the subject
 def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkeypatch):
     """similarity.k, .bandwidth, .histogram_bins and .idf become the Similarity Recall's k and
     the NumericSpec of every numeric attribute it declares by name; learning the same
@@ -135,6 +138,7 @@ def test_similarity_settings_reach_similarity_recall(spark, pg, tmp_path, monkey
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: the keys choosing it are the subject
 def test_ananke_enabled_and_variant_choose_the_provenance(spark, pg, tmp_path, monkeypatch):
     """ananke.enabled: false runs no provenance; the variant picks ANK-1 or ANK-N (the
     live ANK-N run: tests/moirae/test_ankn_live.py)."""

@@ -88,6 +88,7 @@ def _archived(engine, name: str) -> int:
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("grace", ["30s", "0s"])
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: Spark's stop is the subject
 def test_engine_stop_honours_spark_stop_grace(spark, pg, tmp_path, monkeypatch, grace):
     """``spark.stop_grace`` through the configuration: an engine stopped while its
     source's first batch runs has archived that batch when stop returns (30 s), or not

@@ -122,6 +122,7 @@ def test_the_archive_holds_the_tuples_the_event_query_saw(spark, pg, tmp_path, m
         assert first_batch < 1 << 40 and not marker
 
 
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: the engine's claims are the subject
 def test_a_source_archived_by_a_query_read_cannot_silently_switch_reader(spark, pg, tmp_path, monkeypatch):
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
     db = Database(pg.dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
@@ -156,6 +157,7 @@ def test_a_source_archived_by_a_query_read_cannot_silently_switch_reader(spark, 
         db.close()
 
 
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)  # one backend: the engine's claims are the subject
 def test_a_query_that_fails_to_deploy_gives_its_source_back(spark, pg, tmp_path, monkeypatch):
     from moirae.queries.hybrid import QueryDefinitionError
 
