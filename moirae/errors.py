@@ -3,7 +3,7 @@
 All of them derive from :class:`MoiraeError` (:mod:`moirae.base.errors`, the bottom layer),
 most through their package's root error: :class:`SchedulerError`, :class:`SimilarityError`,
 :class:`ArchiveError`, :class:`AnankeError`, :class:`RecallError`, :class:`SourceError`,
-:class:`RuntimeFailure`; each also inherits the matching built-in (``ValueError``,
+:class:`RuntimeFailure`, :class:`PatternError`; each also inherits the matching built-in (``ValueError``,
 ``LookupError``, ...), so callers may catch either. Each error is defined in its package's
 ``errors`` module and only re-exported here; ``tests/moirae/test_errors_index.py`` checks
 that every :class:`MoiraeError` subclass in the code base is.
@@ -48,7 +48,24 @@ from moirae.base.errors import MoiraeError
 from moirae.base.lazy import lazy_exports
 from moirae.delivery.errors import DeliveryConfigError, DeliveryError, DeliveryFailed
 from moirae.incidents.errors import IncidentError, NoSuchIncident
+from moirae.patterns.errors import (
+    PatternError,
+    PatternStateError,
+    PatternSyntaxError,
+    PredicateEvaluationError,
+    UnboundedPattern,
+    UndefinedSymbol,
+    UnknownPatternColumn,
+)
 from moirae.queries.errors import QueryDefinitionError
+from moirae.retract.errors import (
+    BadPredicate,
+    BadSelection,
+    NoSuchRetraction,
+    RetractError,
+    TooBroad,
+    UnknownRetractStream,
+)
 from moirae.rules.errors import RuleError
 from moirae.runtime.errors import (
     CheckpointMismatch,
@@ -138,8 +155,11 @@ __all__ = [
     "InvalidSimilarityConfig", "InvalidTaskSpec", "InvalidTickets", "JavaMissing", "ManagerClosed",
     "MaterializationError", "MissingColumn", "MissingParameter", "MoiraeError", "NoSuchIncident",
     "NonNumericValue", "NonTemporalColumn", "NotLearned", "ProvenanceError",
+    "PatternError", "PatternStateError", "PatternSyntaxError", "PredicateEvaluationError",
+    "UnboundedPattern", "UndefinedSymbol", "UnknownPatternColumn",
     "QueryDefinitionError", "RecallError", "RecallManagerError", "ReferenceTableError", "RevisionError",
     "RuleError", "RuntimeFailure",
+    "BadPredicate", "BadSelection", "NoSuchRetraction", "RetractError", "TooBroad", "UnknownRetractStream",
     "ScenarioConfigError", "SchedulerError", "SchemaConflict", "SchemaVersionError",
     "SimilarityError", "SimilarityRecallError", "SnapshotError", "SnapshotVersionError",
     "SourceError", "SourceFileNotFound", "TaskNotRunning", "UnknownEvent", "UnknownEventAttribute",

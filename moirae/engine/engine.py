@@ -33,6 +33,8 @@ from moirae.deploy.manager import DeployManager
 from moirae.engine.maintenance import Maintenance
 from moirae.engine.metrics import EngineCollector, MetricsTap
 from moirae.engine.monitor_methods import MonitorMethods
+from moirae.engine.pattern_methods import PatternMethods
+from moirae.engine.retract_methods import RetractMethods
 from moirae.engine.rule_methods import RuleMethods
 from moirae.incidents.rules import follow_window
 from moirae.ingest.sources import SourceRegistry
@@ -51,7 +53,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Engine", "EngineError"]
 
 
-class Engine(MonitorMethods, RuleMethods):
+class Engine(MonitorMethods, RuleMethods, RetractMethods, PatternMethods):
     """One Moirae engine: a Spark session, an archive, and the live queries on them."""
 
     def __init__(self, settings: Settings | None = None) -> None:
