@@ -124,7 +124,7 @@ def router(engine, require_token) -> APIRouter:
                predicate: Annotated[str | None, Query(max_length=4000, pattern=NO_NUL)] = None) -> dict:
         selection: dict[str, Any] = {"stream": stream, "start": start, "end": end, "predicate": predicate}
         if ids:
-            selection["ids"] = [int(i) for i in ids.replace(" ", "").split(",") if i]
+            selection["ids"] = _source_ids(ids)
         if key:
             col, sep, value = key.partition(":")
             if not sep:
@@ -139,3 +139,17 @@ def router(engine, require_token) -> APIRouter:
         return acting(engine.alert_support, eid)
 
     return r
+
+
+def _source_ids(text: str) -> list[int]:
+    """``ids=1,-2, 3`` as integers; a part that is no integer is a 422 naming it."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise HTTPException(422, f"ids: {part!r} is not an integer source id") from None
+    return out
