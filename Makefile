@@ -37,7 +37,7 @@ run: $(RUN_STAMP) check-java
 
 test: $(STAMP) check-java
 	@sh tests/browser/ensure_chromium.sh
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m tests.run $(ARGS)
 
 # neither Spark nor PostgreSQL: tests/areas.py fails a test that starts either (MOIRAE_TEST_QUICK)
 test-quick: $(STAMP)

@@ -15,6 +15,10 @@
 - **Enough examples.** Under ``CI=true`` a Hypothesis property over Spark or PostgreSQL
   (its fixture closure holds ``spark`` or ``pg_dsn``) runs at least
   :data:`CI_MIN_EXAMPLES` examples, unless listed in :data:`CI_EXAMPLES_EXEMPT`.
+- **Two passes.** A test under a path of :data:`ALONE` is marked ``alone``: it acts on
+  what concurrent tests share. ``MOIRAE_TEST_PART`` (set by :mod:`tests.run`, which
+  ``make test`` calls) keeps one part of the selection: ``shared`` the others (run on
+  several workers at once), ``alone`` these (run one at a time); unset, both.
 """
 
 from __future__ import annotations
@@ -42,6 +46,14 @@ FOLDER_MARKS: dict[str, tuple[str, ...]] = {
     "tests/cluster/": ("cluster", "spark", "postgres", "slow"),
 }
 
+#: paths (a folder or a module, relative to the repository root) whose tests must not run
+#: beside others: they count every pg_sleep on the shared server, or start a Spark
+#: standalone cluster (a master and two workers: the machine's cores for minutes). The
+#: fault tests that stop or count the sessions of a server run on a private server per
+#: worker (tests/faults/conftest.py), and fill only a tmpfs of their own.
+ALONE: tuple[str, ...] = ("tests/cluster/", "tests/recall/manager/test_cancel.py")
+PART = os.environ.get("MOIRAE_TEST_PART", "")
+
 #: areas a CI machine can run: a skip there hides a test that should have run
 RUNNABLE = ("browser", "cluster", "disk pressure", "external PostgreSQL", "javac")
 #: skip reasons that are a test's design (one backend is enough), not a missing area
@@ -67,6 +79,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         path = item.nodeid.split("::", 1)[0]
+        if path.startswith(ALONE):
+            item.add_marker("alone")
         marks = [m for name, ms in FIXTURE_MARKS.items() if name in names for m in ms]
         marks += [m for folder, ms in FOLDER_MARKS.items() if path.startswith(folder) for m in ms]
         for mark in dict.fromkeys(marks):
@@ -74,6 +88,13 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if CI and names & {"spark", "pg_dsn"}:
             _at_least_ci_examples(item)
+    if PART in ("shared", "alone"):
+        wanted = PART == "alone"
+        keep = [item for item in items if (item.get_closest_marker("alone") is not None) == wanted]
+        dropped = [item for item in items if (item.get_closest_marker("alone") is not None) != wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = keep
 
 
 def _at_least_ci_examples(item) -> None:

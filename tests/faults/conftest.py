@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
@@ -14,7 +15,8 @@ from tests.faults.fault_helpers import TEST_DATA_DIR, PrivateServer
 def private_pg():
     # beside the shared test server, not under pytest's tmp dir: the server runs as another
     # user when the tests run as root, and pytest keeps its tmp root private to root
-    server = PrivateServer(TEST_DATA_DIR / "faults-pg")
+    # one per pytest-xdist worker: a test stops and starts its server, and counts its sessions
+    server = PrivateServer(TEST_DATA_DIR / f"faults-pg-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     yield server
     server.close()
 

@@ -12,6 +12,7 @@ figures in place.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -81,15 +82,18 @@ def record(fault: str, **figures) -> None:
     from bench.harness import commit
 
     RUNS.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        data = json.loads(RUNS.read_text())
-    except (FileNotFoundError, ValueError):
-        data = {}
-    data[fault] = {**figures, "at": datetime.now(UTC).isoformat(timespec="seconds"),
-                   "load_avg_1m": round(os.getloadavg()[0], 2), "commit": commit()}
-    tmp = RUNS.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    tmp.replace(RUNS)
+    entry = {**figures, "at": datetime.now(UTC).isoformat(timespec="seconds"),
+             "load_avg_1m": round(os.getloadavg()[0], 2), "commit": commit()}
+    with open(RUNS.with_suffix(".lock"), "w") as lock:  # tests on other workers record too
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = json.loads(RUNS.read_text())
+        except (FileNotFoundError, ValueError):
+            data = {}
+        data[fault] = entry
+        tmp = RUNS.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.replace(RUNS)
 
 
 @contextmanager

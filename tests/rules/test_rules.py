@@ -131,8 +131,12 @@ def test_a_held_alert_is_raised_when_its_norm_is_late(engine):
     engine.deploy.events.add([rec])  # logged, but its recall is not submitted yet
     assert engine.dispositions.get(rec.eid)["disposition"] == "pending"
     assert engine.incidents.incident_of([rec.eid]) == {}
+    # the gate hands the alert over, then records why: wait for both, as a reader would
+    def released():
+        changes = engine.dispositions.get(rec.eid)["changes"]
+        return engine.incidents.incident_of([rec.eid]) and changes and "hold passed" in changes[-1]["note"]
     deadline = time.monotonic() + 10
-    while not engine.incidents.incident_of([rec.eid]) and time.monotonic() < deadline:
+    while not released() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert engine.incidents.incident_of([rec.eid]) == {rec.eid: rec.eid}  # fail open
     assert "hold passed" in engine.dispositions.get(rec.eid)["changes"][-1]["note"]
