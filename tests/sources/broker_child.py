@@ -1,10 +1,11 @@
 """A child process archiving one JetStream stream, for the kill test of
 ``tests/sources/test_nats.py``.
 
-Usage: python -m tests.sources.broker_child DATA_DIR DSN SCHEMA STREAM SECONDS [TARGET]
+Usage: python -m tests.sources.broker_child DATA_DIR DSN SCHEMA STREAM SECONDS [TARGET [MAX_BATCH]]
 Archives the JetStream stream STREAM as the source ``jsin`` (columns ts, id, v and the
-stream sequence), printing "ARCHIVED n" every 0.2 s, until SECONDS pass, or until n
-reaches TARGET (then it closes the engine and prints "CLOSED").
+stream sequence), at most MAX_BATCH messages a micro-batch (400 unless given), printing
+"ARCHIVED n" every 0.2 s, until SECONDS pass, or until n reaches TARGET (then it closes
+the engine and prints "CLOSED").
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ def archived(engine) -> int:
         return int(cur.fetchone()[0])
 
 
-def main(data_dir: str, dsn: str, schema: str, stream: str, seconds: float, target: int | None) -> None:
+def main(data_dir: str, dsn: str, schema: str, stream: str, seconds: float, target: int | None,
+         max_batch: int = 400) -> None:
     engine = make_engine((dsn, schema), data_dir, spark={"trigger": "200ms"})
-    df = build(engine.spark, {"stream": stream, "seqColumn": "seq", "maxBatch": 400},
+    df = build(engine.spark, {"stream": stream, "seqColumn": "seq", "maxBatch": max_batch},
                "ts timestamp, id long, v double, seq long")
     engine.source("jsin", df, ts="ts", lateness="1 hour")
     engine.start()
@@ -44,4 +46,4 @@ def main(data_dir: str, dsn: str, schema: str, stream: str, seconds: float, targ
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]),
-         int(sys.argv[6]) if len(sys.argv) > 6 else None)
+         int(sys.argv[6]) if len(sys.argv) > 6 else None, int(sys.argv[7]) if len(sys.argv) > 7 else 400)

@@ -110,7 +110,9 @@ def test_three_kills_while_publishing_lose_and_duplicate_nothing(pg, tmp_path):
         pub.stop.set()
         pub.join(timeout=30)
         total = pub.sent
-        final = _child([*args, "120", str(total)])
+        # the restart that drains the backlog takes whole batches: small ones test the kills,
+        # not the catch-up, and would make it a minute of 400-message batches
+        final = _child([*args, "120", str(total), "20000"])
         out, _ = final.communicate(timeout=180)
         assert "CLOSED" in out
         with pg.connection() as conn, conn.cursor() as cur:
