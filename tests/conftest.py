@@ -95,3 +95,17 @@ def engine_factory(pg, tmp_path, monkeypatch):
         return make_engine(pg, tmp_path / data, monkeypatch, **sections)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _no_similarity_listener_outlives_its_test():
+    """An operator a test builds and never closes (over a stand-in store, say) stays
+    subscribed to the process-wide similarity index events (:mod:`archive.simindex`),
+    and the next test's engine would call it: each test ends with the lists it began with."""
+    from archive import simindex
+
+    with simindex._lock:
+        before = list(simindex._listeners), list(simindex._ready)
+    yield
+    with simindex._lock:
+        simindex._listeners[:], simindex._ready[:] = before
