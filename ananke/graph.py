@@ -90,6 +90,25 @@ class OperatorGraph:
                 return self._longest_to(n.id)
         raise UnknownSink(f"no sink named {sink!r}; sinks are {self.sinks}")
 
+    def hold_k(self, sink: str) -> timedelta:
+        """How far below the watermark Spark ran its previous batch with a tuple of sink
+        ``sink`` may still be emitted: the largest ``hold`` of an operator upstream of it
+        (zero for windows and joins, which emit at or after that watermark; a row pattern
+        holds its matches up to its WITHIN, :meth:`ananke.query.Provenanced.stateful`).
+        The sink's watermark (A Def. 2.1) is that watermark minus the hold."""
+        for n in self.nodes:
+            if n.kind == "sink" and n.name == sink:
+                seen, todo, hold = set(), [n.id], timedelta(0)
+                while todo:
+                    i = todo.pop()
+                    if i in seen:
+                        continue
+                    seen.add(i)
+                    hold = max(hold, dict(self.nodes[i].params).get("hold", timedelta(0)))
+                    todo.extend(e.src for e in self.edges if e.dst == i)
+                return hold
+        raise UnknownSink(f"no sink named {sink!r}; sinks are {self.sinks}")
+
     @property
     def U(self) -> timedelta:  # noqa: N802 - the paper's name
         """U = max over sinks of U_K (Remark 4.1); zero when there is no sink."""

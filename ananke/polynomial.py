@@ -5,6 +5,9 @@ Each source tuple is a variable ``x_i`` (its id, :mod:`ananke.ids`). The operato
 
 - filter and map keep the annotation;
 - a join multiplies: a joined tuple is ``x_l * x_r``;
+- a row pattern's match (T 4) is one derivation of all its bound rows jointly, the
+  product ``x_1 * ... * x_n`` of a number of rows that varies from match to match
+  (:meth:`PlanTracker.product`; ``degree`` 0 in the plan);
 - union and alternative derivations add (a tuple named twice counts twice);
 - a window aggregate is a sum in the semimodule N[X] (x) V (Amsterdamer, Deutch and Tannen;
   HUKA's queries have no aggregates, H 7): one term per
@@ -102,12 +105,16 @@ class Poly:
     """One sink tuple's polynomial ``sum_j prod(monomial_j) (x) values_j``.
 
     ``ids`` holds ``m * degree`` source ids, monomial ``j`` being
-    ``ids[j*degree:(j+1)*degree]``; ``values`` (windows only) is ``m x k`` float64, NaN
+    ``ids[j*degree:(j+1)*degree]`` (``degree`` 0: one monomial of every id, a pattern's); ``values`` (windows only) is ``m x k`` float64, NaN
     for SQL NULL, column ``c`` holding :attr:`PolyPlan.value_columns` ``[c]``."""
 
     ids: np.ndarray
     values: np.ndarray | None = None
     degree: int = 1
+
+    def __post_init__(self) -> None:
+        if self.degree == 0:  # a plan of degree 0: one monomial, the product of every id
+            object.__setattr__(self, "degree", max(len(self.ids), 1))
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, Poly) or self.degree != other.degree or not np.array_equal(self.ids, other.ids):
@@ -218,8 +225,9 @@ class PlanTracker:
         out = _Track("window", t.degree, t.streams, t.ts, frozenset(), t.pre, t.structural)
         out.agg_cols = frozenset([a[0] for a in aggs] + [str(k) for k in keys])
         out.window = {"keys": tuple(str(k) for k in keys), "size_us": size_us, "slide_us": slide_us}
-        if t.kind != "row":
-            out.kind, out.covered, out.why = "none", False, "a window over a window (nested aggregates)"
+        if t.kind != "row" or t.degree == 0:
+            out.kind, out.covered = "none", False
+            out.why = "a window over a row pattern" if t.kind == "row" else "a window over a window (nested aggregates)"
             return out, ()
         bad_keys = [k for k in keys if not isinstance(k, str) or k not in t.mirror]
         # a corrected key or event time moves the tuple to another window
@@ -255,14 +263,31 @@ class PlanTracker:
 
     def join(self, left: int, right: int, node: int, on: Sequence[str]) -> None:
         lt, rt = self.get(left), self.get(right)
-        if lt.kind != "row" or rt.kind != "row":
+        if lt.kind != "row" or rt.kind != "row" or 0 in (lt.degree, rt.degree):
             self._t[node] = _Track("none", lt.degree + rt.degree, (*lt.streams, *rt.streams), covered=False,
-                                   why="a join of an aggregate")
+                                   why="a join of an aggregate" if 0 not in (lt.degree, rt.degree)
+                                   else "a join of a row pattern")
             return
         t = _Track("row", lt.degree + rt.degree, (*lt.streams, *rt.streams), "", frozenset(),
                    (*lt.pre, *rt.pre), tuple(sorted({*lt.structural, *rt.structural, *on, lt.ts, rt.ts})),
                    covered=lt.covered and rt.covered, why=lt.why or rt.why)
         self._t[node] = t
+
+    def product(self, src: int, node: int, reads: Sequence[str]) -> None:
+        """An operator each of whose outputs is one derivation of several input tuples
+        jointly (a row pattern's match, T 4): its polynomial is the product of the
+        variables of its provenance, of a degree that varies per output (0 in the plan).
+        Removing any of them removes the output. ``reads`` are the input columns that
+        decide which tuples form an output (DEFINE, PARTITION BY, ORDER BY): correcting
+        one may change the outputs, so it is structural. The outputs' other values (a
+        pattern's MEASURES) are not kept per tuple: one monomial has no room for them, so
+        the plan covers the support and the outputs' standing, not new measure values."""
+        t = self.get(src)
+        if t.kind != "row":
+            self._t[node] = _Track("none", 1, t.streams, covered=False, why="a row pattern over an aggregate")
+            return
+        self._t[node] = _Track("row", 0, t.streams, t.ts, frozenset(), t.pre,
+                               tuple(sorted({*t.structural, *reads})), covered=t.covered, why=t.why)
 
     def carries_values(self, node: int) -> bool:
         """Whether ``node``'s provenance structs carry value fields (a covered window

@@ -211,13 +211,28 @@ class Provenanced:
             self.query.poly.map(self.node, nxt.node, [c for c in self.df.columns if c != name_], nxt.df.columns)
         return nxt
 
-    def stateful(self, df, lag: timedelta, ts: str, name: str, **params) -> Provenanced:
+    def stateful(self, df, lag: timedelta, ts: str, name: str, hold: timedelta = ZERO,
+                 reads: Sequence[str] | None = None, **params) -> Provenanced:
         """A stateful operator whose plan ``df`` was built over this stream's elsewhere (a
         row pattern, T 4: ``moirae/patterns/spark_operator.py``). ``df``'s provenance column
-        is already an array of the contributing source tuples; ``lag`` bounds how much
-        older than an output its inputs are, so U follows (A 4). Recorded as a Map with
-        that lag (``operator`` in its params names what it is)."""
-        return self._next(df, "map", name, lag=to_timedelta(lag), ts=ts, single=False, **params)
+        is already an array of the contributing source tuples. Recorded as a Map
+        (``operator`` in its params names what it is) with:
+
+        - ``lag``: how much older than an output its inputs are at most, so U follows (A 4);
+        - ``hold``: how far below the watermark of Spark's previous micro-batch an output
+          may still be emitted (an operator that holds an output until it can no longer
+          change). A sink after it lowers its watermark by that much
+          (:meth:`ananke.graph.OperatorGraph.hold_k`), or ANK-1 would count such an
+          output late and a source tuple could be labelled expired before it (A 3);
+        - ``reads``: for how-provenance polynomials, the input columns that decide which
+          rows form an output. Each output is then one derivation: the product of the
+          variables of its provenance (:meth:`ananke.polynomial.PlanTracker.product`).
+          None: the tracker records the shape as not covered."""
+        out = self._next(df, "map", name, lag=to_timedelta(lag), ts=ts, single=False, hold=to_timedelta(hold),
+                         **params)
+        if self.query.poly is not None and reads is not None:
+            self.query.poly.product(self.node, out.node, reads)
+        return out
 
     def window(self, size: timedelta | str, slide: timedelta | str | None = None, keys: Sequence[str] = (),
                aggs: Sequence = (), ts_out: str | None = None, bounds: bool = False,
@@ -362,6 +377,12 @@ class ProvSink:
     @property
     def u_k(self) -> timedelta:
         return self.query.u_k(self.name)
+
+    @property
+    def hold(self) -> timedelta:
+        """How far below Spark's watermark the sink's watermark lies (zero unless an
+        operator upstream holds its outputs, :meth:`Provenanced.stateful`)."""
+        return self.query.graph.hold_k(self.name)
 
     def with_ids(self):
         """The sink DataFrame plus ``_sink_id`` (deterministic: replays give equal ids)."""

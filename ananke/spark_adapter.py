@@ -9,6 +9,9 @@ Why the progress watermark is safe: the progress of batch N-1 reports the waterm
 Spark used in that batch; every stateful operator has by then emitted every window ending
 at or before W, and later batches drop input older than W. Any sink tuple delivered later
 therefore has an event time >= W, which is what Definition 2.1 asks of a sink watermark.
+An operator that holds its outputs (a row pattern, :meth:`ananke.query.Provenanced.stateful`)
+may emit a tuple up to its ``hold`` below that watermark, so the sink's watermark fed to
+ANK-1 is the progress watermark minus the sink's hold (:attr:`ananke.query.ProvSink.hold`).
 Inside batch N only batch N-1's progress is visible, so ANK-1 lags by one trigger;
 :meth:`Ank1SparkSink.poll` feeds the newest watermark on demand (e.g. after
 ``processAllAvailable``).
@@ -186,6 +189,7 @@ class Ank1SparkSink:
         if self.polys is not None:
             self.seconds["poly"] = 0.0
         self.query = None
+        self._hold = sink.hold
         self.last_batch = -1
         self.rows = 0
 
@@ -224,11 +228,13 @@ class Ank1SparkSink:
         self.query = query
 
     def poll(self) -> datetime | None:
-        """Feed the query's latest progress watermark to ANK-1; return it (or None)."""
+        """Feed the sink's watermark (the query's latest progress watermark less the
+        sink's hold, module doc) to ANK-1; return it (or None)."""
         if self.query is None:
             return None
         wm = progress_watermark(self.query.lastProgress)
         if wm is not None:
+            wm = wm - self._hold
             with self.logic.lock:
                 self.logic.on_watermark(self.sink.name, wm)
         return wm

@@ -18,8 +18,10 @@ class PatternMethods:
         MATCH_RECOGNIZE (...)`` (docs/PATTERNS.md) over a registered source (``inputs``,
         default the FROM stream). Each match is an event: ``eid`` (the same for the same
         match across replays, restarts and materialization), ``ts`` (its last row's time),
-        the PARTITION BY columns and the MEASURES; its provenance is its bound rows, and
-        U is its WITHIN (which a live pattern needs). A bad pattern, or one naming a
+        the PARTITION BY columns and the MEASURES; its provenance is its bound rows (its
+        polynomial their product), U is its WITHIN (which a live pattern needs), and the
+        sink's watermark lies WITHIN below Spark's (a match is held until it can no longer
+        grow, docs/PATTERNS.md). A bad pattern, or one naming a
         column the source lacks, is refused here in one line naming the pattern and the
         position (:class:`moirae.patterns.PatternError`); a row whose DEFINE fails at run
         time is a dead letter of the source. Returns the :class:`EventQuery`."""

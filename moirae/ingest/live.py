@@ -162,8 +162,11 @@ class EventFlow:
     def emitted_below(self) -> datetime | None:
         """The event time below which this query's live sink has emitted every event it
         will: the watermark its last micro-batch ran with (a window whose end is at or
-        below it left in that batch or before). None before its first batch with one."""
+        below it left in that batch or before), less the sink's hold (a row pattern's
+        WITHIN: :attr:`ananke.query.ProvSink.hold`). None before its first batch with one."""
         wm = progress_watermark(self.streaming.lastProgress) if self.streaming is not None else None
+        if wm is not None and wm.year > 1970:
+            wm = wm - self.sink.hold
         if wm is not None and wm.year > 1970 and (self._emitted_wm is None or wm > self._emitted_wm):
             self._emitted_wm = wm
         return self._emitted_wm

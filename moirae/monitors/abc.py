@@ -3,12 +3,14 @@
 ``moirae.monitors`` never imports the engine: it is handed an object with these
 members (the running :class:`moirae.Engine` has them all). Optional members of the
 parts built elsewhere (``deploy_monitor``, ``reference_table``, ``rule``,
-``route_alerts``) are looked up with ``getattr``: a monitor declaring a section whose
-method the engine lacks is refused as not available in this build.
+``route_alerts``, ``pattern_query``) are looked up with ``getattr``: a monitor declaring a
+section (or, for ``pattern_query``, a ``MATCH_RECOGNIZE`` event-query) whose method the
+engine lacks is refused as not available in this build.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 
@@ -45,3 +47,9 @@ class MonitorHost(Protocol):
                           **kwargs: Any) -> Any: ...
 
     def event_inputs(self, event: str) -> tuple[str, list[str]] | None: ...
+
+    def pattern_query(self, name: str, sql: str, inputs: str | Sequence[str] | None = ..., eid: str = ...,
+                      ts: str = ...) -> Any:
+        """Deploy a ``MATCH_RECOGNIZE`` event-query (docs/PATTERNS.md). Optional: a
+        monitor file holding one is refused on a host without it
+        (:mod:`moirae.monitors.pattern_sql`)."""

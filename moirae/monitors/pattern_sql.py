@@ -3,7 +3,9 @@
 An ``event_query.sql`` whose FROM holds ``MATCH_RECOGNIZE`` is not a SELECT rebuilt on the
 windowed operators (:mod:`moirae.monitors.sqlquery`): it is a row pattern, compiled by
 :func:`moirae.patterns.spark_operator.compile_live` against the schema of the source it
-reads and deployed with ``Engine.pattern_query``. Its refusals (a pattern that does not
+reads and deployed with the host's ``pattern_query``
+(:class:`~moirae.monitors.abc.MonitorHost`; a host without it refuses the monitor as not
+available in this build, :class:`~moirae.monitors.errors.MonitorUnavailable`). Its refusals (a pattern that does not
 parse or compile, a symbol used but not defined, an unbounded pattern without WITHIN, a
 column the source lacks) become one :class:`~moirae.monitors.errors.MonitorFileError`
 naming the file, the line of the SQL the position is on, and the pattern's own
@@ -33,10 +35,14 @@ def is_pattern(sql: str | None) -> bool:
 def check_pattern(spec: Any, engine: Any, out: Any, path: tuple = ("event_query", "sql")) -> None:
     """Compile ``spec``'s pattern against its source's schema and fill ``out`` (a
     :class:`moirae.monitors.validate.Checked`): its function, its input, the pattern."""
+    from moirae.monitors.errors import MonitorUnavailable
     from moirae.patterns.compile import compile_pattern
     from moirae.patterns.errors import PatternError
     from moirae.patterns.spark_operator import compile_live, pattern_function
 
+    if not callable(getattr(engine, "pattern_query", None)):
+        raise spec.error(path, "a MATCH_RECOGNIZE event-query is not available in this build (the engine has no "
+                               "pattern_query())", MonitorUnavailable)
     q = spec.event_query
     first = spec.doc.text_lines.get(path) or spec.doc.line(path) or 1
 

@@ -21,7 +21,8 @@ of the first problem; it starts no query and registers nothing. It checks:
 - the Similarity Recall's numeric attributes (numeric context columns), the incident
   grouping's keys, metric, series and norm;
 - sections whose engine side this build lacks (rules, reference tables, alert
-  delivery): refused as :class:`~moirae.monitors.errors.MonitorUnavailable`.
+  delivery, a ``MATCH_RECOGNIZE`` event-query): refused as
+  :class:`~moirae.monitors.errors.MonitorUnavailable`.
 """
 
 from __future__ import annotations

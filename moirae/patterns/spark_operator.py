@@ -10,10 +10,28 @@ and a compiled pattern and returns the instrumented stream of its matches:
 - each row carries its row id (its source id, the tie-break of equal event times) and
   the source tuples it came from; a match's provenance is the union over its bound rows
   (the ``PROV`` column, an array, as after a window);
-- the operator is recorded in the query's operator graph with lag ``WITHIN``
-  (:meth:`ananke.query.Provenanced.stateful`): every row of a match is less than WITHIN
-  older than its last row, and a match is final once the watermark is WITHIN past its
-  first row at the latest, so ANK-1's U follows and expiry works for pattern queries.
+- the operator is recorded in the query's operator graph
+  (:meth:`ananke.query.Provenanced.stateful`) with lag ``WITHIN`` and hold ``WITHIN``,
+  and, for how-provenance polynomials, as a product: a match is one derivation of all
+  its bound rows (removing any one of them removes the match, HUKA 4-5).
+
+Why lag WITHIN and hold WITHIN (A 3-4). A match's rows lie in ``[first, first + WITHIN)``
+and its event time is its last row's, so every source tuple is less than WITHIN older
+than the match: the lag (U then follows, Theorem 4.1). When is a match emitted? Let W be
+the watermark Spark ran micro-batch N-1 with. Spark drops input at or below W before the
+processor in batch N, and a key's rows are fed only once the watermark passes them, so a
+row first fed in batch N is later than W. A run still live after batch N-1 has its
+WITHIN deadline ``first + WITHIN`` above W: a key's event-time timer sits at its earliest
+deadline, Spark fires a timer at or below the watermark, and the run ends when the
+watermark reaches its deadline. A match held behind an earlier live run (matches leave
+in start order) has its first row after that run's, whose deadline is above W. So every
+match emitted in batch N or later has ``first > W - WITHIN``: its event time (at least
+``first``) may lie up to WITHIN below W, never more, which is the hold (a greedy match
+whose end is still open waits for the key's next row or its deadline, so without the
+hold ANK-1 would count it late and drop its provenance). The sink's watermark is then
+``W - WITHIN`` (A Def. 2.1) and ANK-1 labels expired the source tuples older than
+``W - 2 * WITHIN`` (plus any lag upstream of the pattern); every source tuple of a later
+match is at or after its first row, later than ``W - WITHIN``.
 
 Spark's stateful processor API needs the RocksDB state store. Spark records a query's
 state store provider in its checkpoint at its first batch and restores it from there, so
@@ -33,6 +51,7 @@ from ananke.ids import PROV, source_id_col
 from ananke.query import PROV_TYPE, Provenanced
 from moirae.patterns.compile import CompiledPattern
 from moirae.patterns.errors import PatternSyntaxError, UnboundedPattern
+from moirae.patterns.expr import Col, Prev, Ref, walk
 from moirae.patterns.spark_dead import DeadLetterWriter
 from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, batch_matches, processor
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID, measure_types, output_ddl, simple_types
@@ -99,7 +118,17 @@ def pattern_stream(inp: Provenanced, cp: CompiledPattern, *, eid: str = "eid", t
                          .cast(PROV_TYPE).alias(PROV))
     else:
         out = out.select(*cols)
-    return inp.stateful(out, lag, ts, f"pattern:{cp.name}", operator="pattern", within=lag)
+    return inp.stateful(out, lag, ts, f"pattern:{cp.name}", hold=lag, reads=reads(cp), operator="pattern",
+                        within=lag)
+
+
+def reads(cp: CompiledPattern) -> tuple[str, ...]:
+    """The input columns that decide which rows form a match: those its DEFINEs read,
+    the PARTITION BY columns and the ORDER BY column (correcting one may change the
+    matches; the MEASURES' other columns only change values)."""
+    read = {n.name for e in cp.statement.defines.values() for n in walk(e)
+            if isinstance(n, (Col, Prev, Ref)) and n.name}
+    return tuple(sorted({*read, *cp.partition_by, cp.order_by}))
 
 
 @contextlib.contextmanager

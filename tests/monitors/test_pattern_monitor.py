@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from moirae.monitors import MonitorFileError, deploy, loads, validate
+from moirae.monitors import MonitorFileError, MonitorUnavailable, deploy, loads, validate
 from moirae.patterns import compile_pattern, reference_matches
 from tests.moirae.scenario_small import wait
 
@@ -57,6 +57,28 @@ def test_a_bad_pattern_is_refused_naming_the_line_and_position(running_engine, t
     sql_first = text[:text.index("    SELECT")].count("\n") + 1
     assert e.file == "pings.yaml" and e.line == sql_first + sql_line - 1, str(e)
     assert "pings_bad" not in running_engine.deploy.event_queries
+
+
+class _HostWithoutPatterns:
+    """The running engine seen through a host of a build without pattern event-queries."""
+
+    def __init__(self, engine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str):
+        if name == "pattern_query":
+            raise AttributeError(name)
+        return getattr(self._engine, name)
+
+
+def test_a_host_without_pattern_query_refuses_the_monitor_as_unavailable(running_engine, tmp_path):
+    text = MONITOR.format(name="pings_nopat", src="pings_nopat_in", path=tmp_path)
+    with pytest.raises(MonitorUnavailable) as err:
+        validate(loads(text, "pings.yaml"), _HostWithoutPatterns(running_engine))
+    assert "not available in this build" in str(err.value) and "pattern_query()" in str(err.value), str(err.value)
+    assert err.value.file == "pings.yaml"
+    validate(loads(text, "pings.yaml"), running_engine)  # the same file passes on the engine
+    assert "pings_nopat" not in running_engine.deploy.event_queries
 
 
 def _pings() -> pd.DataFrame:
