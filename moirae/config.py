@@ -169,6 +169,12 @@ class AnankeConfig:
 
 
 @dataclass(frozen=True)
+class RetractConfig:
+    # a retraction matching more than this share of its stream's archived rows needs confirm
+    max_share: float = field(default=0.05, metadata=_check(_fraction))
+
+
+@dataclass(frozen=True)
 class ApiConfig:
     host: str = "127.0.0.1"
     port: int = field(default=8642, metadata=_check(_port))
@@ -197,6 +203,7 @@ class Settings:
     recall: RecallConfig = field(default_factory=RecallConfig)
     similarity: SimilaritySettings = field(default_factory=SimilaritySettings)
     ananke: AnankeConfig = field(default_factory=AnankeConfig)
+    retract: RetractConfig = field(default_factory=RetractConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     source: str = "defaults"
 

@@ -245,6 +245,20 @@ class SimilarityRecall:
             self._unsaved.append(eid)
             return True
 
+    def forget_event(self, eid: str, context: Sequence[Mapping[str, Any]]) -> bool:
+        """Take a learned event's context back out of E and C_k (the event was retracted):
+        the exact inverse of :meth:`learn_event`, so later scores are those of a history
+        without it. False when ``eid`` was not learned; ``NotLearned`` when ``context`` is
+        not what was learned (nothing changes either way)."""
+        with self._lock:
+            if eid not in self._learned:
+                return False
+            self.stats.unlearn_one(list(context))
+            self._learned.discard(eid)
+            if eid in self._unsaved:
+                self._unsaved.remove(eid)
+            return True
+
     def learn_contexts(self, events: pd.DataFrame, contexts: Sequence[pd.DataFrame]) -> list[tuple[str, str]]:
         """Learn materialized events with their context rows (one frame per context-query)."""
         refused = []

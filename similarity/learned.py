@@ -61,6 +61,18 @@ class LearnedIds:
             self._merge()
         return True
 
+    def discard(self, eid: str) -> bool:
+        """Remove ``eid`` (an event taken back out of the statistics); False if it was not in."""
+        k = key(eid)
+        if k in self._pending:
+            self._pending.discard(k)
+            return True
+        i = int(np.searchsorted(self._sorted, np.uint64(k)))
+        if i < len(self._sorted) and int(self._sorted[i]) == k:
+            self._sorted = np.delete(self._sorted, i)  # a new array: copies share the old one
+            return True
+        return False
+
     def update(self, eids: Iterable[str]) -> None:
         """Add every id of ``eids`` (a restore's million at once: one sort)."""
         keys = np.fromiter((key(e) for e in eids), dtype=np.uint64)

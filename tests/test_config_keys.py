@@ -121,6 +121,8 @@ EFFECTS: dict[str, Effect] = {
                                        "provenance_equals_the_state_list"),
     "ananke.polynomials": Effect("tests/ananke/test_poly_live.py::test_live_event_query_stores_polynomials_per_"
                                  "alert"),
+    "retract.max_share": Effect("tests/retract/test_norms_pg.py::test_max_share_is_the_configured_key", 0.5,
+                                lambda e: e.retractions.max_share),
     "api.host": Effect("tests/api/test_auth.py::test_mutations_need_the_bearer_token", "localhost",
                        lambda e: _served(e)[0]),
     "api.port": Effect("tests/test_config_keys.py::test_probe", "FREE", lambda e: _served(e)[1]),

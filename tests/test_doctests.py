@@ -40,7 +40,7 @@ similarity similarity.config similarity.explain similarity.idf similarity.incide
 similarity.index_cache similarity.index_codec similarity.stats similarity.synopsis similarity.terms similarity.topk
 similarity.vocabulary
 archive.reference moirae.rules.book moirae.rules.norm
-moirae.retract.errors moirae.retract.predicate moirae.cli.commands.lookup moirae.ingest.persist
+moirae.retract.errors moirae.retract.predicate moirae.retract.norms moirae.retract.flagged moirae.cli.commands.lookup moirae.ingest.persist
 moirae.patterns.bound moirae.patterns.compile moirae.patterns.errors moirae.patterns.evaluate moirae.patterns.expr moirae.patterns.lexer moirae.patterns.statement moirae.patterns.syntax
 moirae.patterns.spark_schema moirae.patterns.spark_processor moirae.monitors.pattern_sql
 """.split())

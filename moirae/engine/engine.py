@@ -40,6 +40,7 @@ from moirae.incidents.rules import follow_window
 from moirae.ingest.sources import SourceRegistry
 from moirae.materialize.replica import Materializer
 from moirae.materialize.replica2 import RawHistory
+from moirae.retract.flagged import ArchiveFlags
 from moirae.rules.store import DispositionStore
 from moirae.runtime.errorlog import log_dir, private_dir
 from moirae.runtime.errors import EngineError
@@ -68,6 +69,7 @@ class Engine(MonitorMethods, RuleMethods, RetractMethods, PatternMethods):
         self.deploy = DeployManager(self.settings, self.db, self.archiver, self.sources, lambda: self.spark)
         # recall tasks out of materialized history go on over the raw archive (M 4.4, replica2)
         self.deploy.manager.set_replica(RawHistory(self.deploy.materializer))
+        self.deploy.materializer.flags = ArchiveFlags(self.db)  # re-runs apply the retractions (moirae.retract)
         self.maintenance = Maintenance(self.settings, self.db, self.archiver, self.sources, self.deploy)
         self.supervisor = Supervisor(self.data_dir, self._live_queries)
         # alerts out (moirae.delivery) and the engine's own metrics (GET /metrics)

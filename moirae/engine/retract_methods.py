@@ -27,10 +27,17 @@ class RetractMethods:
             lineage = LineageEvaluator(self.query_graphs)
             polys = _poly_store(self.db)
             evaluator = lineage if polys is None else PolynomialEvaluator(polys, self.query_graphs, lineage)
-            m = self.deploy.manager
-            svc = Retractions(self.db, self.archiver, self.query_graphs, evaluator, self.deploy.results,
-                              m.bus.publish, self.deploy.incidents, plans=None if polys is None else polys.plans,
-                              events=self.deploy.events)
+            from recall.operator import Recall
+
+            m, d = self.deploy.manager, self.deploy
+            svc = Retractions(self.db, self.archiver, self.query_graphs, evaluator, d.results,
+                              m.bus.publish, d.incidents, plans=None if polys is None else polys.plans,
+                              events=d.events, max_share=self.settings.retract.max_share,
+                              recalls=lambda: {n: op for n, op in list(d.ops.items()) if isinstance(op, Recall)},
+                              open_events=m.open_events,
+                              similarity=lambda: {ev: [d.deployed.similarity[n] for n in names
+                                                       if n in d.deployed.similarity]
+                                                  for ev, names in list(d.operators.items())})
             self.__dict__["_retractions"] = svc
         return svc
 

@@ -75,21 +75,40 @@ class Materializer:
         self.units = units
         self.on_materialized = on_materialized
         self.claims = UnitClaims()  # units being materialized now (replica1, replica2)
+        #: the active retractions (moirae.retract.flagged.ArchiveFlags, set by the engine): a
+        #: re-run never reads a retracted row nor writes back a retracted alert
+        self.flags = None
 
-    def detect(self, query: EventQuery, start: datetime, end: datetime, overlap: timedelta) -> pd.DataFrame:
-        """The events ``query`` detects over archived raw data, with ``start <= ts < end``."""
+    def detect(self, query: EventQuery, start: datetime, end: datetime, overlap: timedelta,
+               after: timedelta = timedelta(0)) -> pd.DataFrame:
+        """The events ``query`` detects over archived raw data, with ``start <= ts < end``.
+        ``after``: how much data past an event decides it (a row pattern's hold, its
+        WITHIN: a match's end waits for the key's next row or its deadline); the data is
+        read that far past ``end``, and an event less than ``after`` before the newest
+        row read is left to the live query (batch mode would end its match early)."""
         pq = ProvQuery(enabled=False)
         inputs = []
+        newest = None
         for name in query.inputs:
             src = self.sources.by_name[name]
             spec = self.archiver.stream(name)
-            frame = self.archiver.read(name, start - overlap, end - ONE_US)
+            frame = self.archiver.read(name, start - overlap, end + after - ONE_US, with_ids=self.flags is not None)
+            if self.flags is not None:
+                frame = self.flags.rows(name, frame, spec.ts_col)
+            if after and len(frame):
+                top = pd.Timestamp(frame[spec.ts_col].max())
+                newest = top if newest is None else max(newest, top)
             inputs.append(pq.source(to_spark(self.spark(), frame, spec), name, src.ts, cols=src.payload))
         out = query.fn(*inputs)
         events = out.df.select(*out.columns).toArrow().to_pandas()
         if len(events):
             events[query.ts] = pd.to_datetime(events[query.ts], utc=True)
             events = events[(events[query.ts] >= start) & (events[query.ts] < end)].reset_index(drop=True)
+            if after and newest is not None:
+                newest = newest.tz_localize("UTC") if newest.tzinfo is None else newest
+                events = events[events[query.ts] < newest - after].reset_index(drop=True)
+        if self.flags is not None:
+            events = self.flags.events(events, query.eid)
         return events
 
     def unit_grid(self, name: str) -> ChunkGrid:
@@ -126,7 +145,7 @@ class Materializer:
         grid = self.unit_grid(name)
         start, end = grid.bounds(min(unit_ids))[0], grid.bounds(max(unit_ids))[1]
         read_from = self.unit_inputs(name, unit_ids, grid)  # before the reads: a row arriving later is news
-        events = self.detect(query, start, end, flow.U)
+        events = self.detect(query, start, end, flow.U, flow.sink.hold)
         frontier = self.live_frontier(name)
         if frontier is not None and len(events):  # the live query's to emit, whole (see live_frontier)
             events = events[events[query.ts] < frontier].reset_index(drop=True)
@@ -175,7 +194,8 @@ class Materializer:
     def live_frontier(self, name: str) -> datetime | None:
         """The event time from which the live event-query ``name``, not its replica, writes
         the events: its sink's watermark (:meth:`moirae.ingest.live.EventFlow.emitted_below`), else
-        the lowest watermark of its running inputs; None when neither runs.
+        the lowest watermark of its running inputs (less a row pattern's hold); None when
+        neither runs.
 
         A replica reads a growing chunk in batch mode, where Spark emits every window, also
         one whose rows are still arriving: its partial average can cross the threshold and
@@ -189,7 +209,8 @@ class Materializer:
         if wm is not None:
             return wm
         marks = [self.sources.watermark(s) for s in self.deployed.event_queries[name].inputs]
-        return None if not marks or any(m is None for m in marks) else min(marks)
+        hold = flow.sink.hold if flow is not None else timedelta(0)  # a row pattern's: see emitted_below
+        return None if not marks or any(m is None for m in marks) else min(marks) - hold
 
     def raw_chunks(self, name: str, since: datetime | None = None, until: datetime | None = None,
                    tiers: tuple[Tier, ...] | None = None) -> list[int]:

@@ -257,7 +257,8 @@ def provenance(engine, record) -> dict[str, Any]:
         return {"available": False, "sources": []}
     inputs = engine.event_inputs(record.event)
     rows = _source_rows(graph, inputs[0] if inputs is not None else "eid", record.eid)
-    sources = [{"source_id": sid, "ts": _iso(ts), "expired": expired, "stream": None, "row": None}
+    # "sid" is the id as text: a 64-bit source id is beyond a JavaScript number's exact range
+    sources = [{"source_id": sid, "sid": str(sid), "ts": _iso(ts), "expired": expired, "stream": None, "row": None}
                for sid, ts, expired in rows]
     if sources:
         streams = inputs[1] if inputs is not None else [s.name for s in engine.archive.streams() if s.kind == "raw"]

@@ -16,7 +16,11 @@ crosses its threshold: :mod:`moirae.retract.evaluate`) is, in order:
 4. removed from the similarity index: its archived event row moves from the event
    stream into ``moirae_retracted_event_rows`` (kept, restored on undo) and the chunk's
    persisted and cached indexes are invalidated (``archive/simindex.py:invalidate``),
-   so the next build of that chunk no longer holds it.
+   so the next build of that chunk no longer holds it;
+5. taken out of the similarity statistics (E and C_k, M 3.5) of its event-query's
+   Similarity Recalls (``SimilarityRecall.forget_event``, the exact inverse of learning
+   it), so the similar-incident lists computed afterwards are those of a history that
+   never held it.
 
 Restoring undoes each step. Revision tuples go to the results table and the bus,
 numbered after the event's newest output (``seq`` grows per operator and event).
@@ -58,8 +62,11 @@ class Effects:
     None: no revisions), ``publish`` the bus's ``publish`` (or None), ``incidents`` the
     incident store (or None)."""
 
-    def __init__(self, store: RetractionStore, archive, results=None, publish=None, incidents=None) -> None:
+    def __init__(self, store: RetractionStore, archive, results=None, publish=None, incidents=None,
+                 similarity=None, events=None) -> None:
         self.store = store
+        self.similarity = similarity  # () -> {event-query: its Similarity Recall operators}
+        self.events = events
         self.archive = archive
         self.db = archive.db
         self.results = results
@@ -80,7 +87,9 @@ class Effects:
         incidents = self._incidents(alerts, rid, reason, retract=True)
         revisions = self._revise_out(rid, alerts)
         removed = self._index(alerts, graphs, remove=True)
-        return {"alerts": len(alerts), "incidents": incidents, "revisions": revisions, "index_removed": removed}
+        stats = self._stats(alerts, forget=True)
+        return {"alerts": len(alerts), "incidents": incidents, "revisions": revisions, "index_removed": removed,
+                "stats_forgotten": stats}
 
     def restore(self, rid: int, alerts: Mapping[str, str], graphs: Mapping[str, QueryGraph]) -> dict[str, Any]:
         """Bring ``alerts`` back (their retraction ``rid`` undone, their support whole again)."""
@@ -91,7 +100,9 @@ class Effects:
         incidents = self._incidents(alerts, rid, None, retract=False)
         revisions = self._revise_in(rid, alerts)
         restored = self._index(alerts, graphs, remove=False)
-        return {"alerts": len(alerts), "incidents": incidents, "revisions": revisions, "index_restored": restored}
+        stats = self._stats(alerts, forget=False)
+        return {"alerts": len(alerts), "incidents": incidents, "revisions": revisions, "index_restored": restored,
+                "stats_relearned": stats}
 
     # -- 1. provenance sinks ---------------------------------------------------------
 
@@ -215,6 +226,30 @@ class Effects:
             outs.append(Output(op, eid, ts, OutputKind.INSERT, seq, key, row, None))
         self._emit(outs)
         return len(outs)
+
+    # -- 5. the similarity statistics ----------------------------------------------------
+
+    def _stats(self, alerts: Mapping[str, str], forget: bool) -> int:
+        """Take the alerts' contexts out of (or back into) their Similarity Recalls' E and
+        C_k (M 3.5), so later scores are those of a history without them; the contexts
+        learned are the event log's. Returns how many (operator, alert) pairs changed."""
+        if self.similarity is None or self.events is None:
+            return 0
+        ops = self.similarity()
+        n = 0
+        for eid, ev in sorted(alerts.items()):
+            rec = self.events.get(eid)
+            if rec is None:
+                continue
+            for op in ops.get(ev, ()):
+                try:
+                    changed = op.forget_event(eid, rec.context) if forget else op.learn_event(eid, rec.context)
+                except Exception as exc:  # a context learned otherwise: the statistics stay as they were
+                    log.warning("retract: %s %s in %s failed: %s", "forgetting" if forget else "relearning",
+                                eid, op.name, exc)
+                    continue
+                n += bool(changed)
+        return n
 
     # -- 4. the similarity index ------------------------------------------------------
 

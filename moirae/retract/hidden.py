@@ -113,7 +113,9 @@ def archive_aggregator(archive, stream: str, ts_col: str) -> Callable:
     """``aggregate(plan, windows, removed)`` for :func:`hidden_windows`: each window's
     aggregates over ``stream``'s archived rows but the ``removed`` ones, computed by
     PostgreSQL in one query ({window: {agg name: value, "_n": rows}}; a window left with
-    no row is absent)."""
+    no row is absent). With a btree index on the keys and the time (on the stream's
+    table, so on every chunk) each window is one index range scan; without, tumbling
+    windows are matched by their bucket (``date_bin``) in one hash join over the range."""
     def aggregate(plan, windows: list[tuple], removed: set[int]) -> dict[tuple, dict[str, Any]]:
         if not windows:
             return {}
@@ -126,16 +128,26 @@ def archive_aggregator(archive, stream: str, ts_col: str) -> Callable:
                              *[[str(w[0][i]) for w in windows] for i in range(len(keys))]]
         on = f"{ts} >= w.lo AND {ts} < w.hi{match}"
         sub = f"SELECT unnest(%s::int[]) AS i, unnest(%s::timestamptz[]) AS lo, unnest(%s::timestamptz[]) AS hi{cols}"
-        if plan.size_us == plan.slide_us:
-            size = int(plan.size_us)
-            on = f"w.b = floor(extract(epoch from {ts}) * 1000000 / {size})::bigint AND {on}"
-            sub += ", unnest(%s::bigint[]) AS b"
-            params.append([int((w[1] - _EPOCH) // timedelta(microseconds=1)) // size for w in windows])
         lo, hi = min(w[1] for w in windows), max(w[2] for w in windows)
+        gone = sorted(int(r) for r in removed)
         with archive.db.connection() as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT w.i, count(*), {exprs} FROM {quote(stream)} t JOIN ({sub}) w ON {on} "
-                        f"WHERE {ts} >= %s AND {ts} < %s AND NOT (t._sid = ANY(%s)) GROUP BY w.i",
-                        (*params, lo, hi, sorted(int(r) for r in removed)))
+            if _keys_time_index(cur, stream, [*keys, ts_col]):  # one index range scan per window
+                cur.execute(f"SELECT w.i, a.* FROM ({sub}) w CROSS JOIN LATERAL (SELECT count(*) AS n, {exprs} "
+                            f"FROM {quote(stream)} t WHERE {on} AND NOT (t._sid = ANY(%s))) a WHERE a.n > 0",
+                            (*params, gone))
+            else:
+                if plan.size_us == plan.slide_us:  # the bucket too: a hash join, one pass over the range
+                    size = int(plan.size_us)
+                    cur.execute("SELECT current_setting('server_version_num')::int >= 140000")
+                    if cur.fetchone()[0]:  # date_bin: timestamp arithmetic, no numeric per row
+                        on = f"w.lo = date_bin('{size} microseconds', {ts}, '{_EPOCH.isoformat()}') AND {on}"
+                    else:
+                        on = f"w.b = floor(extract(epoch from {ts}) * 1000000 / {size})::bigint AND {on}"
+                        sub += ", unnest(%s::bigint[]) AS b"
+                        params.append([int((w[1] - _EPOCH) // timedelta(microseconds=1)) // size for w in windows])
+                cur.execute(f"SELECT w.i, count(*), {exprs} FROM {quote(stream)} t JOIN ({sub}) w ON {on} "
+                            f"WHERE {ts} >= %s AND {ts} < %s AND NOT (t._sid = ANY(%s)) GROUP BY w.i",
+                            (*params, lo, hi, gone))
             got = cur.fetchall()
         out = {}
         for i, n, *vals in got:
@@ -146,6 +158,17 @@ def archive_aggregator(archive, stream: str, ts_col: str) -> Callable:
             out[w] = res
         return out
     return aggregate
+
+
+def _keys_time_index(cur, stream: str, columns: list[str]) -> bool:
+    """Whether ``stream`` (its parent table: every chunk then has it) has a btree index
+    leading with ``columns`` (the window keys, then the event time)."""
+    cur.execute("SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_am m ON m.oid = c.relam WHERE i.indrelid = to_regclass(%s) AND m.amname = 'btree' "
+                "AND (SELECT array_agg(a.attname::text ORDER BY k.n) FROM unnest(i.indkey::int2[]) WITH ORDINALITY "
+                "k(att, n) JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.att WHERE k.n <= %s) "
+                "= %s::text[])", (quote(stream), len(columns), columns))
+    return bool(cur.fetchone()[0])
 
 
 def hidden_rows(plan, rows: Iterable[tuple[int, datetime, Mapping[str, Any]]], removed: set[int],

@@ -40,6 +40,7 @@ from moirae.retract.store import RetractionStore
 log = logging.getLogger(__name__)
 
 #: a retraction matching more than this share of its stream's archived rows needs ``confirm``
+#: (the default of the configuration key ``retract.max_share``)
 MAX_SHARE = 0.05
 MAX_REASON = 2000
 
@@ -55,13 +56,19 @@ class Retractions:
                  results=None, publish=None, incidents=None,
                  audit: Callable[[str, str, str | None, dict], None] | None = None,
                  max_share: float = MAX_SHARE, plans: Callable[[], Mapping[str, Any]] | None = None,
-                 events=None) -> None:
+                 events=None, recalls: Callable[[], Mapping[str, Any]] | None = None,
+                 open_events: Callable[[], Any] | None = None, similarity=None) -> None:
         self.db = db
         self.archive = archive
         self.graphs = graphs
         self.evaluator = evaluator
         self.store = RetractionStore(db)
-        self.effects = Effects(self.store, archive, results, publish, incidents)
+        self.effects = Effects(self.store, archive, results, publish, incidents, similarity, events)
+        self.norms = None
+        if recalls is not None and events is not None:
+            from moirae.retract.norms import NormReviser
+
+            self.norms = NormReviser(archive, recalls, events, self.effects, open_events, self.store.retracted)
         self._audit = audit
         self.max_share = max_share
         self.plans = plans
@@ -113,6 +120,7 @@ class Retractions:
             raise TooBroad(f"the selection matches {len(rows)} of {total} archived rows of {stream!r} "
                            f"({len(rows) / total:.1%} > {self.max_share:.1%}); confirm to retract them")
         with self._lock:
+            before = self.store.active_flags()
             new_values = dict(set_values) if set_values else None
             rid = self.store.create(kind, stream, {**sel.to_json(), **({"set": new_values} if new_values else {})},
                                     reason, author, [(sid, ts, new_values) for _, sid, ts, _ in rows])
@@ -120,7 +128,19 @@ class Retractions:
                                              "reason": reason, **({"set": new_values} if new_values else {})})
             outcome = self._evaluate(rid, [sid for _, sid, _, _ in rows], reason, author)
             raised = self._raise_hidden(rid, stream, rows, author)
-        return {"id": rid, "kind": kind, "stream": stream, "rows": len(rows), **outcome, "raised": raised}
+            norms = self._revise_norms(rid, stream, [(sid, ts) for _, sid, ts, _ in rows], before, author)
+        return {"id": rid, "kind": kind, "stream": stream, "rows": len(rows), **outcome, "raised": raised,
+                "norms": norms}
+
+    def _revise_norms(self, rid: int, stream: str, rows: list, before, author: str) -> dict[str, Any]:
+        """Revise the Recall outputs of any alert that read ``rows`` (:mod:`moirae.retract.norms`)
+        from the flags ``before`` to the flags active now; audited."""
+        if self.norms is None or not rows:
+            return {"events": [], "revisions": 0}
+        out = self.norms.revise(stream, rows, before, self.store.active_flags())
+        if out["events"]:
+            self._record(author, "norms revised", rid, out)
+        return out
 
     def _raise_hidden(self, rid: int, stream: str, rows: list, author: str) -> list[str]:
         """Record as alerts the windows the correction made cross their threshold
@@ -225,6 +245,7 @@ class Retractions:
         author = _text(author, "author")
         with self._lock:
             r = self.store.get(rid)
+            before = self.store.active_flags()
             if not self.store.mark_undone(rid, author):
                 return {"id": rid, "undone": False, "message": f"retraction {rid} was undone already",
                         "restored": [], "still_retracted": []}
@@ -248,8 +269,11 @@ class Retractions:
             rows = [sid for _, sid, _, _ in self.store.rows_of(rid)]
             # a correction undone may withdraw alerts it had raised or kept standing
             again = self._evaluate(rid, rows, f"retraction {rid} undone", author) if r.kind == "correction" else {}
+            norms = self._revise_norms(rid, r.stream, [(sid, ts) for _, sid, ts, _ in self.store.rows_of(rid)],
+                                       before, author)
         return {"id": rid, "undone": True, "restored": sorted(back), "still_retracted": sorted(still),
-                "changes": changes, "withdrawn": sorted(raised), **({"re_evaluated": again} if again else {})}
+                "changes": changes, "withdrawn": sorted(raised), "norms": norms,
+                **({"re_evaluated": again} if again else {})}
 
     def _active_cause(self, eid: str) -> int | None:
         """An active retraction flagging a source row of ``eid`` (the newest), or None."""
@@ -280,12 +304,16 @@ class Retractions:
                     continue
                 rows = resolve(self.archive, sel)
                 nv = r.selection.get("set")
+                before = self.store.active_flags() if self.norms is not None else None
                 new = self.store.flag(r.id, r.stream, [(sid, ts, nv) for _, sid, ts, _ in rows])
                 if new:
                     flagged += len(new)
                     self._record("engine", "late rows flagged", r.id, {"rows": len(new)})
                     # every alert the late rows fed is evaluated again, not only new ones
                     evaluated += self._evaluate(r.id, new, r.reason, "engine")["retracted"]
+                    late = set(new)
+                    self._revise_norms(r.id, r.stream, [(sid, ts) for _, sid, ts, _ in rows if sid in late],
+                                       before, "engine")
             removed, corrected = self.store.active_flags()
             ids = sorted(removed | set(corrected))
             if ids:

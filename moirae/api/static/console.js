@@ -351,7 +351,7 @@ function progress(ev) {
 function provenance(p) {
   if (!p || !p.available) return '<p class="muted">not available</p>';
   return `<p class="muted">${p.sources.length} source tuple(s), ${p.expired} expired; click a row for every alert it fed</p><table><tr><th>stream</th><th>time</th><th>row</th></tr>` +
-    p.sources.slice(0, 200).map(s => `<tr class="src" data-stream="${esc(s.stream)}" data-sid="${esc(s.source_id)}" title="every alert this row fed"><td>${esc(s.stream)}</td><td>${esc(when(s.ts))}</td><td>${esc(s.row ? Object.entries(s.row).map(([k, v]) => k + '=' + (typeof v === 'number' ? num(v) : v)).join(', ') : '')}</td></tr>`).join('') + '</table><div id="ifed"></div>';
+    p.sources.slice(0, 200).map(s => `<tr class="src" data-stream="${esc(s.stream)}" data-sid="${esc(s.sid ?? s.source_id)}" title="every alert this row fed"><td>${esc(s.stream)}</td><td>${esc(when(s.ts))}</td><td>${esc(s.row ? Object.entries(s.row).map(([k, v]) => k + '=' + (typeof v === 'number' ? num(v) : v)).join(', ') : '')}</td></tr>`).join('') + '</table><div id="ifed"></div>';
 }
 
 // -- the archive page ------------------------------------------------------------------------

@@ -1,0 +1,218 @@
+"""Recall outputs (norms) that read flagged rows, re-evaluated and revised (M 3.2, 4.6; H 4).
+
+A standard Recall's history-query reads archived rows whatever alert they fed: the norm
+of any alert over ``metrics`` counts a bad reading of that stream. When the flags on a
+stream change (a retraction, a correction, or the undo of one), :func:`revise_norms`
+re-runs, for every event whose Recall output is stored and whose history-query reads a
+chunk holding a changed row, that Recall over the archive twice, through the archive's
+own history-query path (``ChunkStore.prepare`` and ``run_history_query``, chunk by
+chunk, newest first, merged by the operator itself): with the flags as they were and
+with the flags as they are. When the two results differ the rows did count, and the
+event's stored result is revised to the second with revision tuples (INSERT, UPDATE,
+DELETE; M 4.6), numbered after its newest output. An undo runs the same with the two
+flag sets swapped, so it revises the norms back.
+
+Flags are applied inside the query (:func:`flagged_template`): each archived stream the
+template reads becomes that stream without its removed rows, plus its corrected rows
+with their new values (the corrected rows of the chunk being read, passed as JSON), so
+what the Recall computes equals a run over an archive that never held the bad values.
+
+Events retracted themselves are left alone (their outputs were deleted:
+:mod:`moirae.retract.effects`); so are events whose recall tasks are still running (the
+task's next outputs would race the revision; it reads the archive as it is).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from archive.names import quote
+from recall.api import EndReason, Interval, Output, OutputKind
+from recall.task import plan_chunks
+
+log = logging.getLogger(__name__)
+
+HIDDEN, FIXED = "moirae_flag_hidden", "moirae_flag_fixed"
+
+Flags = tuple[set[int], Mapping[int, Mapping[str, Any]]]  # removed ids, corrected id -> new values
+
+
+def flagged_template(sql: str, streams: Iterable[str]) -> str:
+    """``sql`` with each reference to one of ``streams`` read through its flags: the
+    stream without the rows whose ``_sid`` is in ``:moirae_flag_hidden`` (removed or
+    corrected), with the rows of ``:moirae_flag_fixed`` (a JSON array of corrected rows)
+    added. The archive slices the inner reference to the chunk as usual.
+
+    >>> flagged_template("SELECT avg(h.bw) FROM metrics h WHERE h.sid = :sid", ["metrics"])[:64]
+    'SELECT AVG(h.bw) FROM (SELECT * FROM "metrics" WHERE NOT _sid = '
+    """
+    names = set(streams)
+    tree = sqlglot.parse_one(sql, read="postgres")
+    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
+
+    def swap(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Table) and node.name in names and node.name not in ctes:
+            alias = node.alias or node.name
+            t = quote(node.name)
+            return sqlglot.parse_one(
+                f"(SELECT * FROM {t} WHERE NOT _sid = ANY(CAST(:{HIDDEN} AS BIGINT[])) UNION ALL "
+                f"SELECT * FROM jsonb_populate_recordset(CAST(NULL AS {t}), CAST(:{FIXED} AS JSONB))) AS {quote(alias)}",
+                read="postgres")
+        return node
+
+    return tree.transform(swap).sql(dialect="postgres")
+
+
+def recall_result(store, op, event: Mapping[str, Any], flags: Flags,
+                  fixed_rows: Callable[[str, int], list[dict]] | None = None) -> dict[str, dict]:
+    """The result (key -> row) standard Recall ``op`` gives ``event`` over the whole of
+    its history in ``store`` with ``flags`` applied, as a completed task emits it.
+    ``fixed_rows(stream, chunk_id)`` gives the corrected rows of a chunk (default none)."""
+    spec = op.task_for(event)
+    streams = spec.query.streams
+    query = store.prepare(flagged_template(spec.query.template, streams))
+    removed, corrected = flags
+    hidden = sorted({int(s) for s in removed} | {int(s) for s in corrected})
+    grid = store.grid_for(streams)
+    state = op.start(spec)
+    for chunk_id in plan_chunks(store.chunk_ids(streams), grid, spec.event_ts, spec.bound):
+        fixed = [] if fixed_rows is None else [r for s in streams for r in fixed_rows(s, chunk_id)]
+        params = {**spec.params, HIDDEN: hidden, FIXED: json.dumps(fixed, default=str)}
+        rows = store.run_history_query(query, params, chunk_id)
+        lo, hi = grid.bounds(chunk_id)
+        if spec.bound is not None and spec.bound > lo:
+            lo = spec.bound
+        op.on_chunk(state, chunk_id, Interval(lo, hi), rows)
+    op.on_end(state, EndReason.DONE)
+    return dict(state.emitted)
+
+
+def corrected_rows(archive, corrected: Mapping[int, Mapping[str, Any]]) -> Callable[[str, int], list[dict]]:
+    """``fixed_rows`` for :func:`recall_result`: the archived rows of ``corrected`` with
+    their new values, by stream and chunk (read once)."""
+    cache: dict[str, dict[int, list[dict]]] = {}
+
+    def rows(stream: str, chunk_id: int) -> list[dict]:
+        if not corrected:
+            return []
+        if stream not in cache:
+            spec, grid = archive.stream(stream), archive.grid_for([stream])
+            by: dict[int, list[dict]] = {}
+            with archive.db.connection() as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT _sid, {quote(spec.ts_col)}, to_jsonb(t) FROM {quote(stream)} t "
+                            "WHERE _sid = ANY(%s)", (sorted(int(s) for s in corrected),))
+                for sid, ts, row in cur.fetchall():
+                    by.setdefault(grid.chunk_of(ts), []).append({**row, **corrected[int(sid)]})
+            cache[stream] = by
+        return cache[stream].get(chunk_id, [])
+    return rows
+
+
+def same(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether two results hold the same rows (floats equal to 1e-9, relative)."""
+    if a.keys() != b.keys():
+        return False
+    for k in a:
+        ra, rb = a[k], b[k]
+        if ra.keys() != rb.keys():
+            return False
+        for c in ra:
+            x, y = ra[c], rb[c]
+            if isinstance(x, float) and isinstance(y, float):
+                if not (math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) or (math.isnan(x) and math.isnan(y))):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+class NormReviser:
+    """Re-evaluates and revises stored Recall outputs over changed rows (module doc).
+
+    ``recalls()`` gives the deployed standard Recall operators by name; ``events`` is the
+    event log (``get(eid).as_event()``); ``effects`` the :class:`moirae.retract.effects.Effects`
+    whose results table and bus get the revisions; ``open_events()`` the events whose
+    recall tasks still run; ``retracted()`` the alerts now retracted."""
+
+    def __init__(self, archive, recalls: Callable[[], Mapping[str, Any]], events, effects,
+                 open_events: Callable[[], Iterable[str]] | None, retracted: Callable[[], set[str]]) -> None:
+        self.archive = archive
+        self.recalls = recalls
+        self.events = events
+        self.effects = effects
+        self.open_events = open_events
+        self.retracted = retracted
+
+    def revise(self, stream: str, rows: Iterable[tuple[int, datetime]], before: Flags, after: Flags) -> dict[str, Any]:
+        """Revise every stored Recall output the rows ``(source id, event time)`` of
+        ``stream`` can reach whose value differs between the flags ``before`` and
+        ``after``; ``{"events": [...], "revisions": n}``."""
+        rows = list(rows)
+        if not rows or self.effects.results is None:
+            return {"events": [], "revisions": 0}
+        skip = set(self.retracted()) | set(self.open_events() if self.open_events is not None else ())
+        revised, outs = [], []
+        for name, op in sorted(self.recalls().items()):
+            streams = op.query.streams
+            if stream not in streams:
+                continue
+            grid = self.archive.grid_for(streams)
+            touched = {grid.chunk_of(ts) for _, ts in rows}
+            for eid in self._stored(name):
+                if eid in skip:
+                    continue
+                rec = self.events.get(eid)
+                if rec is None:
+                    continue
+                event = rec.as_event()
+                spec = op.task_for(event)
+                reads = plan_chunks(sorted(touched, reverse=True), grid, spec.event_ts, spec.bound)
+                if not reads:
+                    continue
+                try:
+                    old = recall_result(self.archive, op, event, before, corrected_rows(self.archive, before[1]))
+                    new = recall_result(self.archive, op, event, after, corrected_rows(self.archive, after[1]))
+                except Exception as exc:  # one event's failure does not stop the others
+                    log.warning("retract: re-evaluating Recall %s of %s failed: %s", name, eid, exc)
+                    continue
+                if same(old, new):
+                    continue
+                revised.append(eid)
+                outs += self._diff(name, eid, new)
+        if outs:
+            self.effects._emit(outs)
+        return {"events": sorted(set(revised)), "revisions": len(outs)}
+
+    def _stored(self, operator: str) -> list[str]:
+        """Every event with stored outputs of ``operator``."""
+        self.effects.results.flush()
+        with self.archive.db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT DISTINCT eid FROM moirae_recall_outputs WHERE operator = %s ORDER BY eid", (operator,))
+            return [r[0] for r in cur.fetchall()]
+
+    def _diff(self, operator: str, eid: str, new: Mapping[str, Mapping[str, Any]]) -> list[Output]:
+        """Revision tuples turning the stored result of (``operator``, ``eid``) into ``new``."""
+        current = self.effects._current([eid]).get((operator, eid))
+        if current is None:
+            return []
+        ts, seq, rows = current
+        out = []
+        for key in sorted(k for k in rows if k not in new):
+            seq += 1
+            out.append(Output(operator, eid, ts, OutputKind.DELETE, seq, key, dict(rows[key]), None))
+        for key, row in sorted(new.items()):
+            old = rows.get(key)
+            if old is not None and same({key: old}, {key: row}):
+                continue
+            seq += 1
+            kind = OutputKind.INSERT if old is None else OutputKind.UPDATE
+            out.append(Output(operator, eid, ts, kind, seq, key, dict(row), None))
+        return out
