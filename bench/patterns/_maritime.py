@@ -119,14 +119,16 @@ def ensure_flink() -> tuple[Path | None, str]:
 
 
 def flink(py: Path, path: Path, workloads: dict[str, list[tuple[str, str]]], warmup: Path, reps: int,
-          parallelism: int = 2, timeout: float = 3600) -> dict:
+          parallelism: int = 2, timeout: float = 3600, small: bool = True) -> dict:
     """Run each workload's patterns in Flink SQL, all in one JVM (an untimed warm-up,
-    then ``reps`` timed runs per workload). Returns ``{"flink": version, "workloads":
+    then ``reps`` timed runs per workload, and with ``small`` as many on the warm-up
+    file). Returns ``{"flink": version, "workloads":
     {key: {"runs": [{"seconds", "matches"}], "matches": [...]}}}`` or ``{"error": ...}``."""
     with tempfile.TemporaryDirectory() as tmp:
         spec, out = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec.write_text(json.dumps({
             "csv": str(path), "warmup_csv": str(warmup), "reps": reps, "parallelism": parallelism, "out": str(out),
+            "small": small,
             "workloads": [{"key": k, "patterns": [{"name": n, "sql": s} for n, s in pats]}
                           for k, pats in workloads.items()]}))
         env = {**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx2g"}

@@ -143,14 +143,26 @@ class Matcher:
                 return [], None
             return self._close(state, self._wm_ns(state, watermark))
         ts, kind = ts_ns(rows[cp.order_by])
-        rid = rows[cp.row_id].to_numpy()
+        key = plain_key(rows[c].iat[0] for c in cp.partition_by)
+        cols = {c: column_array(rows[c]) for c in cp.columns_used}
+        return self.advance_arrays(state, key, ts, kind, rows[cp.row_id].to_numpy(), cols, watermark=watermark)
+
+    def advance_arrays(self, state: KeyState | None, key: tuple, ts: np.ndarray, kind: str, rid: np.ndarray,
+                       cols: dict[str, np.ndarray], *, watermark=None) -> tuple[list[Match], KeyState | None]:
+        """:meth:`advance` over one key's rows given as arrays: ``ts`` (int64 ns, of ``kind``,
+        see :func:`moirae.patterns.match.ts_ns`), row ids, and each column the pattern
+        reads as :func:`moirae.patterns.evaluate.column_array` makes it."""
+        cp = self.cp
+        if len(ts) == 0:
+            if state is None:
+                return [], None
+            return self._close(state, self._wm_ns(state, watermark))
         order = None
         if len(ts) > 1:
             d = np.diff(ts)
             if (d < 0).any() or ((d == 0).any() and not _ties_ordered(ts, rid)):
                 order = np.lexsort((rid, ts))
                 ts, rid = ts[order], rid[order]
-        key = plain_key(rows[c].iat[0] for c in cp.partition_by)
         st = state if state is not None else KeyState(cp.name, key)
         if st.key != key:
             raise PatternError(f"pattern {cp.name!r}: rows of key {key!r} given with the state of key {st.key!r}")
@@ -160,7 +172,6 @@ class Matcher:
         if st.last_ts is not None and ts[0] < st.last_ts:
             raise PatternError(f"pattern {cp.name!r}: key {key!r}: row {rid[0]!r} is earlier "
                                "than rows fed before (rows must come in event-time order, past the watermark)")
-        cols = {c: column_array(rows[c]) for c in cp.columns_used}
         if order is not None:
             cols = {c: a[order] for c, a in cols.items()}
         masks = self._masks(st, cols, len(ts), rid)

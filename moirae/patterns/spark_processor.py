@@ -2,16 +2,18 @@
 
 :class:`PatternProcessor` is a Spark 4 stateful processor
 (``groupBy(keys).transformWithStateInPandas``, event-time mode). For each key it keeps one
-versioned value in the state store (:class:`KeyBuffer`):
+versioned value in the state store (:class:`moirae.patterns.spark_buffer.KeyBuffer`):
 
 - the rows that arrived but that the watermark has not passed yet (out-of-order rows wait
   there, so the matcher sees each key's rows in event-time order);
-- the matcher's own state (:class:`moirae.patterns.KeyState`, its bytes);
+- the matcher's own state (:class:`moirae.patterns.KeyState`);
 - the provenance of the rows fed that a future match may still bind (the source tuples
   each row came from), bounded, like the matcher's state, by WITHIN.
 
+The value is compact (:mod:`moirae.patterns.spark_buffer`: numpy arrays, pickled once
+per step; the registered timer is remembered, so a step that keeps it touches no timer).
 On new rows and on an event-time timer, the rows the watermark has passed are handed,
-as one pandas frame, to :meth:`moirae.patterns.Matcher.advance` with the watermark, which
+as arrays, to :meth:`moirae.patterns.Matcher.advance_arrays` with the watermark, which
 returns the matches now final. One timer is kept per key: at the earliest waiting row,
 or at the earliest WITHIN deadline of a live run, whichever comes first, so a key that
 receives nothing more still has its rows fed and its runs closed as the watermark moves.
@@ -32,48 +34,26 @@ the stream.
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from moirae.patterns.compile import CompiledPattern
-from moirae.patterns.errors import PatternStateError, PredicateEvaluationError
+from moirae.patterns.errors import PredicateEvaluationError
+from moirae.patterns.evaluate import column_array
 from moirae.patterns.expr import Special, walk
-from moirae.patterns.match import Match
+from moirae.patterns.match import Match, plain_key, ts_ns
 from moirae.patterns.matcher import Matcher
+from moirae.patterns.spark_buffer import KeyBuffer, ProvTable
 from moirae.patterns.spark_dead import DeadLetterWriter, current_batch_id
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
 from moirae.patterns.state import KeyState
 
-BUFFER_VERSION = 1
 #: the input's provenance arrays (the source tuples each row came from)
 IN_IDS, IN_TS = "moirae_pat_in_ids", "moirae_pat_in_ts"
 _NS_PER_MS = 1_000_000
-
-
-@dataclass
-class KeyBuffer:
-    """One key's saved state (see the module docstring); ``fed_ns``: the watermark up to
-    which rows were fed; ``prov``: row id -> (event time ns, source ids, source times ns)."""
-
-    pending: pd.DataFrame | None = None
-    matcher: bytes | None = None
-    fed_ns: int | None = None
-    prov: dict = field(default_factory=dict)
-
-    def to_bytes(self) -> bytes:
-        return pickle.dumps((BUFFER_VERSION, self.pending, self.matcher, self.fed_ns, self.prov),
-                            protocol=pickle.HIGHEST_PROTOCOL)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> KeyBuffer:
-        version, *fields = pickle.loads(data)  # noqa: S301 - our own checkpoint
-        if version != BUFFER_VERSION:
-            raise PatternStateError(f"pattern buffer state version {version}, expected {BUFFER_VERSION}")
-        return cls(*fields)
 
 
 def _utc_ns(s: pd.Series) -> pd.Series:
@@ -102,6 +82,8 @@ class PatternCore:
         #: MATCH_NUMBER() is measured: a key's state (its counter) is kept while idle
         self.numbered = any(isinstance(n, Special) and n.kind.upper() == "MATCH_NUMBER"
                             for _, e in self.cp.statement.measures for n in walk(e))
+        #: the event time's kind as the matcher reads it (UTC timestamps, see :meth:`normalize`)
+        self.kind = ts_ns(self._times(np.zeros(1, dtype=np.int64)))[1]
 
     def normalize(self, frame: pd.DataFrame) -> pd.DataFrame:
         t = self.cp.order_by
@@ -144,25 +126,131 @@ class PatternCore:
             self.dead_seen.extend(dead)
 
     def rows(self, matches: list[Match], prov: dict) -> pd.DataFrame:
-        """The matches as output rows (eid, ts, keys, measures, provenance arrays)."""
+        """The matches as output rows (eid, ts, keys, measures, provenance arrays);
+        ``prov``: row id -> (source ids, source times ns) (:meth:`ProvTable.lookup`)."""
         cp = self.cp
-        recs = []
-        for m in matches:
+        n = len(matches)
+        ids_col, ts_col = np.empty(n, dtype=object), np.empty(n, dtype=object)
+        for j, m in enumerate(matches):
             ids: list[int] = []
-            tss: list[pd.Timestamp] = []
+            tss: list[int] = []
             for rid, _sym in m.rows:
-                _t, pids, pts = prov.get(rid, (None, (rid,), ()))
-                ids.extend(int(p) for p in pids)
-                tss.extend(pd.Timestamp(int(t), tz="UTC") for t in pts)
-            rec = {self.eid: event_id(cp.name, m), self.ts: pd.Timestamp(m.last_ts).tz_convert("UTC")
-                   if pd.Timestamp(m.last_ts).tzinfo else pd.Timestamp(m.last_ts, tz="UTC")}
-            rec.update(zip(cp.partition_by, m.key, strict=True))
-            for name in self.measures:
-                rec[name] = _plain(m.measures.get(name))
-            rec[PROV_IDS], rec[PROV_TS] = ids, tss
-            recs.append(rec)
-        columns = [self.eid, self.ts, *cp.partition_by, *self.measures, PROV_IDS, PROV_TS]
-        return pd.DataFrame.from_records(recs, columns=columns)
+                pids, pts = prov.get(rid, ((rid,), ()))
+                ids.extend(pids)
+                tss.extend(pts)
+            ids_col[j] = [int(i) for i in ids]
+            ts_col[j] = [pd.Timestamp(int(t), tz="UTC") for t in tss]
+        last = np.fromiter((_utc(m.last_ts).value for m in matches), np.int64, n)
+        out: dict = {self.eid: _objects([event_id(cp.name, m) for m in matches]),
+                     self.ts: pd.DatetimeIndex(last.view("datetime64[ns]")).tz_localize("UTC")}
+        for i, k in enumerate(cp.partition_by):
+            out[k] = _objects([m.key[i] for m in matches])
+        for name in self.measures:
+            out[name] = [_plain(m.measures.get(name)) for m in matches]
+        out[PROV_IDS], out[PROV_TS] = ids_col, ts_col
+        return pd.DataFrame(out, copy=False)
+
+    # -- the live path's arrays ------------------------------------------------------------
+
+    def take(self, buf: KeyBuffer, frame: pd.DataFrame, key: tuple | None = None) -> None:
+        """Add a key's new rows to ``buf``: their provenance, and the rows to ``pending``
+        (one array per column, event time as int64 ns UTC); a row not later than what was
+        already fed is late beyond the watermark and is dropped (the archive keeps it)."""
+        t = self.cp.order_by
+        ts = _ns(frame[t])
+        if buf.key is None:
+            buf.key = self.key_of(frame, key)
+        keep = None if buf.fed_ns is None else ts > buf.fed_ns
+        if keep is not None and keep.all():
+            keep = None
+        cols = _arrays(frame, t, ts)
+        ids_col, ts_col = cols.pop(IN_IDS), cols.pop(IN_TS)
+        if keep is not None:
+            if not keep.any():
+                return
+            cols = {c: a[keep] for c, a in cols.items()}
+            ids_col, ts_col = ids_col[keep], ts_col[keep]
+        prov = ProvTable.of(cols[ROW_ID], cols[t], ids_col, ts_col)
+        buf.prov = prov if buf.prov is None else buf.prov.extend(prov)
+        p = buf.pending
+        buf.pending = cols if p is None else {c: np.concatenate([p[c], a]) for c, a in cols.items()}
+
+    def key_of(self, frame: pd.DataFrame, key: tuple | None) -> tuple:
+        """The key as the matcher names it: Spark's grouping key when its values are plain
+        (strings, numbers, booleans: the same values as the frame's), else the frame's."""
+        n = len(self.cp.partition_by)
+        if key is not None and len(key) >= n and all(type(v) in (str, int, float, bool) for v in key[:n]):
+            return tuple(key[:n])
+        return plain_key(frame[c].iat[0] for c in self.cp.partition_by)
+
+    def ready(self, buf: KeyBuffer, wm_ns: int | None) -> dict[str, np.ndarray] | None:
+        """Take out of ``buf.pending`` the rows the watermark has passed."""
+        p = buf.pending
+        if p is None or wm_ns is None:
+            return None
+        past = p[self.cp.order_by] <= wm_ns
+        if past.all():
+            buf.pending = None
+            return p
+        if not past.any():
+            return None
+        buf.pending = {c: a[~past] for c, a in p.items()}
+        return {c: a[past] for c, a in p.items()}
+
+    def feed_arrays(self, key: tuple, st: KeyState | None, ready: dict[str, np.ndarray] | None, wm,
+                    before: Callable[[], KeyState | None]) -> tuple[list[Match], KeyState | None]:
+        """:meth:`feed` over rows as :meth:`ready` gives them; ``before`` reads the key's
+        state as it was before this step (to feed again when a row fails)."""
+        if ready is None:
+            return self.matcher.advance(st, None, watermark=wm)
+        t = self.cp.order_by
+        cols = {c: _column(ready[c]) if c != t else column_array(self._times(ready[t])) for c in self.cp.columns_used}
+        try:
+            return self.matcher.advance_arrays(st, key, ready[t], self.kind, ready[ROW_ID], cols, watermark=wm)
+        except PredicateEvaluationError:
+            frame = pd.DataFrame({c: (self._times(a) if c == t else a) for c, a in ready.items()})
+            return self.feed(before(), frame, wm)
+
+    def _times(self, ns: np.ndarray) -> pd.Series:
+        return pd.Series(pd.to_datetime(ns, utc=True), name=self.cp.order_by)
+
+
+
+def _column(a: np.ndarray) -> np.ndarray:
+    """:func:`moirae.patterns.evaluate.column_array` of a numpy column."""
+    if a.dtype.kind in "bfMO":
+        return a
+    if a.dtype.kind in "iu":
+        return a.astype(np.float64)
+    return column_array(pd.Series(a))
+
+
+def _arrays(frame: pd.DataFrame, t: str, ts: np.ndarray) -> dict[str, np.ndarray]:
+    """The frame's columns as numpy arrays (each as ``Series.to_numpy`` gives it, but
+    column ``t``: ``ts``), read without building a Series per column where pandas allows."""
+    it = getattr(frame, "_iter_column_arrays", None)
+    if it is None or not frame.columns.is_unique:
+        return {c: (ts if c == t else frame[c].to_numpy()) for c in frame.columns}
+    return {c: (ts if c == t else a if isinstance(a, np.ndarray) else frame[c].to_numpy())
+            for c, a in zip(frame.columns, it(), strict=True)}
+
+
+def _ns(s: pd.Series) -> np.ndarray:
+    """A time column as int64 ns UTC (a naive time read as UTC, as :func:`_utc_ns`)."""
+    if s.dtype.kind == "M" or str(s.dtype).startswith("datetime64"):
+        return s.to_numpy(dtype="datetime64[ns]").view(np.int64)
+    return pd.DatetimeIndex(_utc_ns(s)).asi8
+
+
+def _objects(values: list) -> np.ndarray:
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a
+
+
+def _utc(v) -> pd.Timestamp:
+    t = pd.Timestamp(v)
+    return t.tz_convert("UTC") if t.tzinfo else t.tz_localize("UTC")
 
 
 def _plain(v):
@@ -187,14 +275,9 @@ def event_id(pattern: str, m: Match) -> str:
 
 
 def _prov_of(frame: pd.DataFrame, ts_col: str) -> dict:
-    """Row id -> (event time ns, source ids, source times ns) of ``frame``'s rows."""
-    ts = frame[ts_col].to_numpy(dtype="datetime64[ns]").astype(np.int64) if len(frame) else []
-    out = {}
-    for rid, t, ids, tss in zip(frame[ROW_ID].tolist(), ts, frame[IN_IDS].tolist(), frame[IN_TS].tolist(),
-                                strict=True):
-        out[rid] = (int(t), tuple(int(i) for i in ids),
-                    tuple(int(pd.Timestamp(x).value) if x is not None else int(t) for x in tss))
-    return out
+    """Row id -> (source ids, source times ns) of ``frame``'s rows."""
+    ts = pd.DatetimeIndex(_utc_ns(frame[ts_col])).asi8
+    return ProvTable.of(frame[ROW_ID].to_numpy(), ts, frame[IN_IDS].to_numpy(), frame[IN_TS].to_numpy()).lookup()
 
 
 class PatternProcessor:
@@ -207,78 +290,72 @@ def processor(core: PatternCore):
     from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.types import BinaryType, StructField, StructType
 
+    schema = StructType([StructField("b", BinaryType())])
+
     class _Processor(StatefulProcessor, PatternProcessor):
         def init(self, handle) -> None:
             self.handle = handle
-            self.state = handle.getValueState("pattern", StructType([StructField("b", BinaryType())]))
+            self.state = handle.getValueState("pattern", schema)
 
         def handleInputRows(self, key, rows, timerValues) -> Iterator[pd.DataFrame]:  # noqa: N802, N803 - pyspark's names
             frames = [f for f in rows if len(f)]
-            new = pd.concat(frames, ignore_index=True) if frames else None
-            yield from self._step(new, timerValues)
+            new = (frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)) if frames else None
+            yield from self._step(new, timerValues, None, key)
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo) -> Iterator[pd.DataFrame]:  # noqa: N802, N803
-            yield from self._step(None, timerValues)
+            fired = expiredTimerInfo.getExpiryTimeInMs() if expiredTimerInfo is not None else None
+            yield from self._step(None, timerValues, fired, key)
 
         def close(self) -> None:
             pass
 
-        def _step(self, new: pd.DataFrame | None, tv) -> Iterator[pd.DataFrame]:
-            cp = core.cp
-            t = cp.order_by
+        def _step(self, new: pd.DataFrame | None, tv, fired: int | None, key: tuple) -> Iterator[pd.DataFrame]:
             wm_ms = tv.getCurrentWatermarkInMs()
             wm_ns = int(wm_ms) * _NS_PER_MS if wm_ms is not None and wm_ms >= 0 else None
-            buf = KeyBuffer.from_bytes(self.state.get()[0]) if self.state.exists() else KeyBuffer()
-            pending = buf.pending
+            saved = self.state.get()
+            buf = KeyBuffer.from_bytes(saved[0]) if saved is not None else KeyBuffer()
             if new is not None:
-                new = core.normalize(new)
-                if buf.fed_ns is not None:  # late beyond what was fed: the archive keeps it
-                    new = new[new[t].to_numpy(dtype="datetime64[ns]").astype(np.int64) > buf.fed_ns]
-                pending = new if pending is None or pending.empty else pd.concat([pending, new], ignore_index=True)
-            ready = None
-            if pending is not None and not pending.empty and wm_ns is not None:
-                times = pending[t].to_numpy(dtype="datetime64[ns]").astype(np.int64)
-                ready, pending = pending[times <= wm_ns], pending[times > wm_ns]
-                if ready.empty:
-                    ready = None
-                elif not ready[t].is_monotonic_increasing or not ready[t].is_unique:  # ties: by row id
-                    ready = ready.sort_values([t, ROW_ID], kind="stable")
-            st = KeyState.from_bytes(buf.matcher) if buf.matcher is not None else None
+                core.take(buf, new, key)
+            ready = core.ready(buf, wm_ns)
+            st = buf.matcher
             matches: list[Match] = []
             if wm_ns is not None and (ready is not None or st is not None):
-                if ready is not None:
-                    buf.prov.update(_prov_of(ready, t))
                 wm = pd.Timestamp(wm_ns, tz="UTC")
-                matches, st = core.feed(st, ready, wm)
+                matches, st = core.feed_arrays(buf.key, st, ready, wm,
+                                               lambda: None if saved is None else KeyBuffer.from_bytes(saved[0]).matcher)
                 buf.fed_ns = wm_ns if buf.fed_ns is None else max(buf.fed_ns, wm_ns)
-            out = core.rows(matches, buf.prov) if matches else None
-            if buf.fed_ns is not None and core.within_ns is not None:  # no run reaches further back
-                floor = buf.fed_ns - 2 * core.within_ns
-                buf.prov = {r: v for r, v in buf.prov.items() if v[0] >= floor}
-            buf.pending = pending if pending is not None and not pending.empty else None
+            out = core.rows(matches, buf.prov.lookup() if buf.prov is not None else {}) if matches else None
+            if buf.prov is not None and buf.fed_ns is not None and core.within_ns is not None:
+                buf.prov = buf.prov.since(buf.fed_ns - 2 * core.within_ns)  # no run reaches further back
             if st is not None and not st.runs and not st.rows_held and not core.numbered:
                 st = None  # an idle key keeps nothing (state bounded by WITHIN)
-            buf.matcher = st.to_bytes() if st is not None else None
-            self._timer(buf, st)
-            if buf.pending is None and st is None and not buf.prov:
-                self.state.clear()
+            buf.matcher = st
+            self._timer(buf, st, fired)
+            if buf.pending is None and st is None and buf.prov is None:
+                if saved is not None:
+                    self.state.clear()
             else:
                 self.state.update((buf.to_bytes(),))
             if out is not None and len(out):
                 yield out
 
-        def _timer(self, buf: KeyBuffer, st: KeyState | None) -> None:
-            for old in list(self.handle.listTimers()):
-                self.handle.deleteTimer(old)
-            due = []
+        def _timer(self, buf: KeyBuffer, st: KeyState | None, fired: int | None) -> None:
+            """Keep the key's one timer at its earliest waiting row or WITHIN deadline; Spark
+            deletes a ``fired`` timer itself once its handler returns."""
+            due = None
             if buf.pending is not None:
-                first = int(buf.pending[core.cp.order_by].to_numpy(dtype="datetime64[ns]").astype(np.int64).min())
-                due.append(first)
+                due = int(buf.pending[core.cp.order_by].min())
             deadline = core.matcher.next_deadline(st)
             if deadline is not None:
-                due.append(int(deadline))
-            if due:
-                self.handle.registerTimer(-(-min(due) // _NS_PER_MS))  # ceil: fires once the watermark is past it
+                due = int(deadline) if due is None else min(due, int(deadline))
+            want = None if due is None else -(-due // _NS_PER_MS)  # ceil: fires once the watermark is past it
+            have = None if buf.timer is not None and buf.timer == fired else buf.timer
+            if want != have:
+                if have is not None:
+                    self.handle.deleteTimer(have)
+                if want is not None:
+                    self.handle.registerTimer(want)
+            buf.timer = want
 
     return _Processor()
 

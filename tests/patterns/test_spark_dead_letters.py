@@ -9,7 +9,7 @@ import pandas as pd
 from archive import Archiver
 from moirae.patterns import compile_pattern, reference_matches
 from moirae.patterns.spark_dead import DeadLetterWriter
-from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, batch_matches
+from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, batch_matches, processor
 from moirae.patterns.spark_schema import ROW_ID
 
 SQL = """SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES COUNT(A.*) AS n
@@ -38,6 +38,58 @@ def test_a_failing_row_is_a_dead_letter_and_the_others_match():
     want = reference_matches(cp, clean)
     assert list(out["n"]) == [m.measures["n"] for m in want] == [2, 1]
     assert [list(p) for p in out["moirae_pat_prov_ids"]] == [[100, 101, 102], [104, 105]]
+
+
+class _Live:
+    """One key's state value and timers, and the processor handle over them (Spark's part)."""
+
+    def __init__(self) -> None:
+        self.value, self.timers = None, set()
+
+    def getValueState(self, name, schema):  # noqa: N802 - pyspark's names
+        return self
+
+    def get(self):
+        return self.value
+
+    def update(self, value) -> None:
+        self.value = value
+
+    def clear(self) -> None:
+        self.value = None
+
+    def deleteTimer(self, t) -> None:  # noqa: N802
+        self.timers.discard(t)
+
+    def registerTimer(self, t) -> None:  # noqa: N802
+        self.timers.add(t)
+
+
+class _Wm:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
+        return self.ms
+
+
+def test_the_live_processor_sets_a_failing_row_aside_the_same_way():
+    cp = compile_pattern(SQL, name="p", columns={"k": "string", "ts": "timestamp", "x": "double", "tag": "string"},
+                         row_id=ROW_ID)
+    core = PatternCore(cp, "eid", "ts", ("n",))
+    tags = ["b", "b", "b", 3, "b", "b"]
+    live, p = _Live(), processor(core)
+    p.init(live)
+    early = int((T0 + pd.Timedelta(milliseconds=1500)).value // 1_000_000)  # rows 100, 101 fed, a run open
+    out = list(p.handleInputRows(("a",), iter([_frame(tags)]), _Wm(early)))
+    assert not out and not core.dead_seen and live.timers
+    end = int((T0 + pd.Timedelta(minutes=5)).value // 1_000_000)
+    out = list(p.handleExpiredTimer(("a",), _Wm(end), None))
+    (row, reason), = core.dead_seen
+    assert row[ROW_ID] == 103 and "DEFINE A" in reason
+    got = pd.concat(out, ignore_index=True)
+    assert list(got["n"]) == [2, 1]
+    assert [list(x) for x in got["moirae_pat_prov_ids"]] == [[100, 101, 102], [104, 105]]
 
 
 def test_dead_letters_reach_the_archive_once_per_batch(pg):

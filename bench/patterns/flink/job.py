@@ -8,7 +8,7 @@ measures include ``start_ts`` and ``end_ts``), ``reps`` (timed runs per workload
 ``parallelism``, ``warmup_csv`` (a small CSV the largest workload runs on first, untimed,
 so the JVM, the planner and the CEP operator are warm) and ``out`` (a JSON file to
 write: per workload its runs' seconds, the same on the small file (the fixed cost of a
-job) and the last run's matches).
+job; skipped when ``small`` is false) and the last run's matches).
 
 The job is Flink's streaming mode over the bounded file (the ``filesystem`` connector):
 ``ts`` is the rowtime with a 1 s bounded-out-of-orderness watermark, and the end of the
@@ -81,7 +81,7 @@ def main(spec_path: str) -> int:
             n += 1
             runs.append({"seconds": secs, "matches": len(rows)})
         small = []  # the same workload on the small file: the job's fixed cost (planning, deployment)
-        for _ in range(int(spec.get("reps", 1))):
+        for _ in range(int(spec.get("reps", 1)) if spec.get("small", True) else 0):
             secs, _rows = run(env, spec["warmup_csv"], w["patterns"], f"small_{n}")
             n += 1
             small.append({"seconds": secs, "matches": len(_rows)})
