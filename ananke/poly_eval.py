@@ -66,11 +66,36 @@ def conditions(plan: PolyPlan) -> list[Condition]:
     return [_condition(c) for c in plan.conditions]
 
 
+def _id_array(ids: Collection[int]) -> np.ndarray:
+    """``ids`` as a sorted array of distinct int64 (the form :func:`_member` searches)."""
+    if isinstance(ids, np.ndarray):
+        return np.unique(ids.astype(np.int64, copy=False))
+    return np.unique(np.fromiter(ids, dtype=np.int64, count=len(ids)))
+
+
+def _member(ids: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Boolean mask of the entries of ``ids`` found in ``sorted_ids`` (:func:`_id_array`):
+    one binary search each, so a large removed set costs its size once, not per polynomial.
+
+    >>> _member(np.array([5, 1, 9, 2]), np.array([1, 2, 7]))
+    array([False,  True, False,  True])
+    """
+    if sorted_ids.size == 0 or ids.size == 0:
+        return np.zeros(ids.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    return sorted_ids[pos] == ids
+
+
 def _survivors(poly: Poly, removed: Collection[int]) -> np.ndarray:
     """Boolean mask of the monomials none of whose variables was removed."""
-    if not removed:
+    if not len(removed):
         return np.ones(poly.terms, dtype=bool)
-    gone = np.isin(poly.ids, np.fromiter(removed, dtype=np.int64, count=len(removed)))
+    gone = _member(poly.ids, _id_array(removed))
+    return _alive(poly, gone)
+
+
+def _alive(poly: Poly, gone: np.ndarray) -> np.ndarray:
+    """The monomials of ``poly`` none of whose ids is marked in ``gone`` (one flag per id)."""
     return np.asarray(~gone.reshape(poly.terms, poly.degree).any(axis=1))
 
 
@@ -132,11 +157,15 @@ def evaluate(plan: PolyPlan, poly: Poly, payload: Mapping[str, Any], removed: Co
              corrected: Mapping[int, Mapping[str, Any]] | None = None) -> Outcome:
     """Re-evaluate one sink tuple (``payload``: its row as emitted) with the tuples
     ``removed`` gone and the values ``corrected`` (source id -> {column: new value})."""
-    corrected = corrected or {}
     removed = set(removed)
-    alive = _survivors(poly, removed)
+    return _evaluate(plan, poly, payload, _survivors(poly, removed), removed, corrected or {})
+
+
+def _evaluate(plan: PolyPlan, poly: Poly, payload: Mapping[str, Any], alive: np.ndarray, removed: Collection[int],
+              corrected: Mapping[int, Mapping[str, Any]]) -> Outcome:
+    """:func:`evaluate` with the surviving monomials ``alive`` already known."""
     support = int(alive.sum())
-    hit = [i for i in poly.variables() if i in corrected and i not in removed]
+    hit = [i for i in poly.variables() if i in corrected and i not in removed] if corrected else []
     if plan.kind != "window":
         return _evaluate_row(plan, poly, payload, support, hit, corrected)
     vals = poly.values[alive] if poly.values is not None else None
@@ -212,6 +241,22 @@ def _evaluate_row(plan: PolyPlan, poly: Poly, payload, support: int, hit, correc
 
 def evaluate_many(plan: PolyPlan, items: Iterable[tuple[int, Poly, Mapping[str, Any]]], removed: Collection[int] = (),
                   corrected: Mapping[int, Mapping[str, Any]] | None = None) -> dict[int, Outcome]:
-    """:func:`evaluate` for each ``(sink id, polynomial, payload)``."""
-    removed = set(removed)
-    return {sid: evaluate(plan, poly, payload, removed, corrected) for sid, poly, payload in items}
+    """:func:`evaluate` for each ``(sink id, polynomial, payload)``, the same outcomes.
+
+    The removed ids are sorted once and every polynomial's ids are looked up in them in
+    one vectorized search (the cost grows with the ids named, not with their product)."""
+    items = list(items)
+    corrected = corrected or {}
+    removed_set = removed if isinstance(removed, (set, frozenset)) else set(removed)
+    if not items:
+        return {}
+    if removed_set:
+        ids = np.concatenate([poly.ids for _, poly, _ in items])
+        gone = _member(ids, _id_array(removed_set))
+        ends = np.cumsum([len(poly.ids) for _, poly, _ in items]).tolist()
+        starts = [0, *ends[:-1]]
+        alive = [_alive(poly, gone[a:b]) for (_, poly, _), a, b in zip(items, starts, ends, strict=True)]
+    else:
+        alive = [np.ones(poly.terms, dtype=bool) for _, poly, _ in items]
+    return {sid: _evaluate(plan, poly, payload, mask, removed_set, corrected)
+            for (sid, poly, payload), mask in zip(items, alive, strict=True)}

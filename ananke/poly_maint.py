@@ -48,6 +48,8 @@ def window_bounds(ts_us: int, size_us: int, slide_us: int) -> list[tuple[int, in
     [(-10, 0)]
     """
     last = ts_us - (ts_us % slide_us)
+    if size_us == slide_us:  # tumbling: the one window
+        return [(last, last + size_us)]
     out = []
     lo = last
     while lo > ts_us - size_us:

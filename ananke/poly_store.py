@@ -10,9 +10,12 @@ One set of tables for every event-query (prefix default ``ank_poly``):
   (:class:`~ananke.polynomial.Poly`) and ``vals`` its values (windows), packed.
 
 A GIN index on ``ids`` makes the table the graph's source side across event-queries:
-one lookup by source ids (``ids && ARRAY[..]``) finds every sink tuple of every query a
+one lookup by source ids (a GIN probe per id) finds every sink tuple of every query a
 source tuple fed (:meth:`PolyStore.affected`), the forward question of A 3 over all
-queries at once. Inserts are keyed and ``ON CONFLICT DO NOTHING``, as the graph's are
+queries at once. The index has no pending list (``fastupdate = off``): a lookup by many
+ids (a retraction) would otherwise compare every pending entry with every id, and the
+write it defers is one small batch of keys per micro-batch anyway. Lookups always go
+through the index: a sequential scan compares each row's array with the whole id list. Inserts are keyed and ``ON CONFLICT DO NOTHING``, as the graph's are
 (:mod:`ananke.store`): a replayed batch stores nothing twice.
 """
 
@@ -56,7 +59,13 @@ class PolyStore:
                 cur.execute(f"""CREATE TABLE IF NOT EXISTS {self.t} (
                     sink text NOT NULL, sink_id bigint NOT NULL, tuple_ts timestamptz NOT NULL,
                     ids bigint[] NOT NULL, vals bytea, PRIMARY KEY (sink, sink_id))""")
-                cur.execute(f"CREATE INDEX IF NOT EXISTS {self.t}_ids ON {self.t} USING gin (ids)")
+                cur.execute(f"CREATE INDEX IF NOT EXISTS {self.t}_ids ON {self.t} USING gin (ids) "
+                            "WITH (fastupdate = off)")
+                cur.execute("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass(%s)",
+                            (f"{self.t}_ids",))
+                if "fastupdate=off" not in cur.fetchone()[0]:  # an index made before: merge its pending list
+                    cur.execute(f"ALTER INDEX {self.t}_ids SET (fastupdate = off)")
+                    cur.execute("SELECT gin_clean_pending_list(%s::regclass)", (f"{self.t}_ids",))
         finally:
             conn.close()
         return self
@@ -103,16 +112,26 @@ class PolyStore:
     def affected(self, source_ids: Sequence[int]) -> list[tuple[str, int, datetime]]:
         """Forward, across every event-query: ``(sink, sink id, sink tuple time)`` of each
         sink tuple whose polynomial names one of ``source_ids``."""
-        rows = self._query(f"SELECT sink, sink_id, tuple_ts FROM {self.t} WHERE ids && %s::bigint[] "
-                           "ORDER BY tuple_ts, sink, sink_id", (_ints(source_ids),))
+        rows = self._query(self._forward("t.sink, t.sink_id, t.tuple_ts"), (_ints(sorted(set(source_ids))),),
+                           by_index=True)
         return [(r[0], r[1], r[2]) for r in rows]
 
     def polys_of(self, source_ids: Sequence[int]) -> list[tuple[str, int, datetime, Poly]]:
         """:meth:`affected` with each sink tuple's polynomial."""
-        rows = self._query(f"SELECT sink, sink_id, tuple_ts, ids, vals FROM {self.t} WHERE ids && %s::bigint[] "
-                           "ORDER BY tuple_ts, sink, sink_id", (_ints(source_ids),))
+        rows = self._query(self._forward("t.sink, t.sink_id, t.tuple_ts, t.ids, t.vals"),
+                           (_ints(sorted(set(source_ids))),), by_index=True)
         return [(r[0], r[1], r[2], Poly.from_bytes(r[3], bytes(r[4]) if r[4] is not None else None,
                                                     self._degree_of(r[0]))) for r in rows]
+
+    def _forward(self, columns: str) -> str:
+        """The forward lookup: one GIN probe per source id (``ids @> ARRAY[id]``), the
+        sink tuples found once each. Its cost grows with the ids asked for, not with the
+        table; one bitmap scan for ``ids && ARRAY[..]`` checks every id against every
+        candidate entry, quadratic in a large retraction."""
+        return (f"SELECT {columns} FROM {self.t} t JOIN (SELECT DISTINCT p.sink, p.sink_id "
+                f"FROM unnest(%s::bigint[]) AS r(id) CROSS JOIN LATERAL (SELECT sink, sink_id FROM {self.t} "
+                "WHERE ids @> ARRAY[r.id]) p) d ON d.sink = t.sink AND d.sink_id = t.sink_id "
+                "ORDER BY t.tuple_ts, t.sink, t.sink_id")
 
     def drop(self, sink: str) -> int:
         """Forget an event-query's plan and polynomials (its monitor was retired, as its
@@ -179,11 +198,21 @@ class PolyStore:
         finally:
             conn.close()
 
-    def _query(self, sql: str, params: tuple) -> list[tuple]:
+    def _query(self, sql: str, params: tuple, by_index: bool = False) -> list[tuple]:
+        """Rows of one read; ``by_index``: with sequential scans off (in a transaction of
+        its own), so an id lookup takes the GIN index however small the table is."""
         with self._reading() as conn:
             with conn.cursor() as cur:
-                cur.execute(sql, params)
-                rows = cur.fetchall()
+                if by_index:
+                    if conn.autocommit:
+                        cur.execute("BEGIN")
+                    cur.execute("SET LOCAL enable_seqscan = off")
+                try:
+                    cur.execute(sql, params)
+                    rows = cur.fetchall()
+                finally:
+                    if by_index and conn.autocommit:
+                        cur.execute("ROLLBACK")
             if not conn.autocommit:
                 conn.rollback()
         return rows

@@ -5,16 +5,21 @@ fig. 1) runs over the same generated readings, as JSON files read as a stream
 (``availableNow``, a few thousand rows per micro-batch), on the event-query's live
 provenance path: the instrumented plan, one collect per batch, ANK-1 writing the graph to
 PostgreSQL (:class:`ananke.store.GraphStore`) and, with polynomials on, each alert's
-polynomial to ``ank_poly`` (:class:`ananke.poly_store.PolyStore`). The windows keep
-their provenance as lists in Spark's state (``ananke.window_provenance: state``), where
-polynomials cost the most: one more ``collect_list`` per aggregated column in every open
-window's state. (With the default digest mode the values are instead read from the
-archive once per batch, with the ids the digest resolves to.)
+polynomial to ``ank_poly`` (:class:`ananke.poly_store.PolyStore`). Both ways a window
+keeps its provenance (``ananke.window_provenance``) are measured:
 
-Throughput = input rows / wall time until the query has drained the input. ``off`` and
-``on`` run alternately in one process and one Spark session (each position equally
-often, :func:`bench.harness.run_orders`), after one discarded warm-up run of each. Goal:
-on / off >= 0.9x.
+- ``list`` (``state``): the windows keep their tuples' ids as lists in Spark's state; with
+  polynomials, one more list per aggregated column holds the tuples' values;
+- ``digest`` (``archive``, the engine's default): the windows keep a digest, resolved at
+  the sink against the archive (:class:`moirae.ingest.window_provenance.ArchiveResolver`;
+  the readings are archived before the run, as the engine's archive query would have);
+  with polynomials the values are read with the resolved ids, one read per batch.
+
+Throughput = input rows / wall time until the query has drained the input. The four
+configurations (mode x polynomials off / on) run in one process and one Spark session,
+in the balanced orders of :func:`bench.harness.run_orders`
+(:func:`bench.provenance._rounds.alternate`), after one discarded warm-up run of each on a
+quarter of the input. Goal: on / off >= 0.9x in each mode, every round.
 
 Run: ``python -m bench.provenance.poly_overhead [--quick] [--rounds N]``.
 """
@@ -32,32 +37,57 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from bench.harness import ROOT, exit_code, publish, run_orders, target, verdict
+from bench.harness import ROOT, exit_code, publish, target, verdict
+from bench.provenance._rounds import alternate
 
-MEASURES = ("bench/provenance/poly_overhead.py", "ananke/query.py", "ananke/poly_spark.py", "ananke/poly_store.py",
-            "ananke/spark_adapter.py")
-CONFIGS = ("off", "on")
+MEASURES = ("bench/provenance/poly_overhead.py", "bench/provenance/_rounds.py", "ananke/query.py",
+            "ananke/poly_spark.py", "ananke/poly_store.py", "ananke/spark_adapter.py", "ananke/polynomial.py",
+            "moirae/ingest/window_provenance.py")
+MODES = ("list", "digest")
+CONFIGS = tuple(f"{m}_{p}" for m in MODES for p in ("off", "on"))
 T0 = datetime(2024, 3, 1, tzinfo=UTC)
 THRESHOLD = 62.0
+STREAM = "metrics"
 
 
-def write_input(folder: Path, rows: int, hosts: int, files: int) -> None:
-    """``rows`` readings of ``hosts`` hosts every 10 s, in ``files`` JSON-lines files; a
-    host's bandwidth drifts so that some windows cross the threshold."""
+def readings(rows: int, hosts: int) -> pd.DataFrame:
+    """``rows`` readings of ``hosts`` hosts every 10 s; a host's bandwidth drifts so that
+    some windows cross the threshold."""
     rng = np.random.default_rng(7)
-    per = rows // files
+    i = np.arange(rows)
+    h = i % hosts
+    bw = np.round(50 + 15 * np.sin(i / (hosts * 40) + h) + rng.normal(0, 5, rows), 3)
+    ts = pd.Timestamp(T0) + pd.to_timedelta(10 * (i // hosts), unit="s")
+    return pd.DataFrame({"ts": ts, "host": [f"h{x}" for x in h], "bw": bw})
+
+
+def write_input(folder: Path, frame: pd.DataFrame, files: int) -> None:
+    """The readings as ``files`` JSON-lines files (one micro-batch each)."""
+    per = len(frame) // files
     for f in range(files):
-        lines = []
-        for i in range(f * per, (f + 1) * per):
-            h = i % hosts
-            t = T0 + timedelta(seconds=10 * (i // hosts))
-            bw = 50 + 15 * np.sin(i / (hosts * 40) + h) + rng.normal(0, 5)
-            lines.append(json.dumps({"ts": t.strftime("%Y-%m-%dT%H:%M:%SZ"), "host": f"h{h}", "bw": round(bw, 3)}))
+        part = frame.iloc[f * per:(f + 1) * per]
+        lines = [json.dumps({"ts": t.strftime("%Y-%m-%dT%H:%M:%SZ"), "host": h, "bw": float(b)})
+                 for t, h, b in zip(part["ts"], part["host"], part["bw"], strict=True)]
         (folder / f"p{f:04d}.json").write_text("\n".join(lines) + "\n")
 
 
-def run_once(spark, db, folder: Path, polynomials: bool, work: Path) -> dict:
+class _Archived:
+    """The sources as :class:`~moirae.ingest.archive_waits.ArchiveWaits` sees them: the
+    readings were archived before the run, so no archive query is writing any stream."""
+
+    def live(self, streams):
+        return []
+
+    def is_sparse(self, name: str) -> bool:
+        return False
+
+    def archive_query(self, name: str):
+        raise KeyError(name)
+
+
+def run_once(spark, db, archiver, folder: Path, config: str, work: Path) -> dict:
     from pyspark.sql import functions as F
 
     from ananke.ank1 import Ank1
@@ -65,11 +95,14 @@ def run_once(spark, db, folder: Path, polynomials: bool, work: Path) -> dict:
     from ananke.query import ProvQuery
     from ananke.spark_adapter import Ank1SparkSink
     from ananke.store import GraphStore
+    from moirae.ingest.archive_waits import ArchiveWaits
+    from moirae.ingest.window_provenance import ArchiveResolver
 
+    mode, polynomials = config.split("_")[0], config.endswith("_on")
     tag = uuid.uuid4().hex[:6]
-    q = ProvQuery(polynomials=polynomials)
+    q = ProvQuery(polynomials=polynomials, digest=mode == "digest")
     df = spark.readStream.schema("ts timestamp, host string, bw double").option("maxFilesPerTrigger", 1).json(str(folder))
-    m = q.source(df, "metrics", "ts", lateness="30 seconds")
+    m = q.source(df, STREAM, "ts", lateness="30 seconds")
     w = m.window("5 minutes", keys=["host"], aggs=[F.avg("bw").alias("avg_bw"), F.max("bw").alias("max_bw")],
                  ts_out="ts")
     sink = (w.filter(F.col("avg_bw") > THRESHOLD)
@@ -80,16 +113,25 @@ def run_once(spark, db, folder: Path, polynomials: bool, work: Path) -> dict:
     if polynomials:
         store = PolyStore(db.connect, prefix=f"ank_poly_{tag}", borrow=db.connection).create()
         store.put_plan(sink.poly)
+    resolver = None
+    if sink.digest is not None:
+        resolver = ArchiveResolver(archiver, sink.digest, ArchiveWaits(_Archived(), lambda: 1.0), 1.0)
     logic = Ank1.from_query(q).build(emit=graph)
-    adapter = Ank1SparkSink(sink, logic, deliver_frame=lambda f, b: None,
-                            polys=(lambda rows: store.put("overload", rows)) if store else None)
+    adapter = Ank1SparkSink(sink, logic, deliver_frame=lambda f, b: None, resolve=resolver,
+                            polys=(lambda rows: store.put("overload", rows)) if store else None,
+                            values=resolver.values if resolver is not None else None)
     t0 = time.perf_counter()
     query = adapter.start(str(work / f"ck_{tag}"), {"availableNow": True})
     query.awaitTermination()
     seconds = time.perf_counter() - t0
     out = {"seconds": seconds, "alerts": adapter.rows, "phases": dict(adapter.seconds),
-           "poly_bytes": store.nbytes() if store else 0}
+           "poly_bytes": store.nbytes() if store else 0,
+           "unmatched": resolver.status()["unmatched"] if resolver is not None else 0}
+    if resolver is not None:
+        resolver.stop()
     graph.close()
+    if store is not None:
+        store.close()
     return out
 
 
@@ -102,57 +144,102 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (2 if args.quick else 4)
     name = "poly_overhead_quick" if args.quick else "poly_overhead"
 
-    from archive import Database
+    from archive import Archiver, ArchiveSettings, Database, StreamSpec
     from moirae.runtime.spark import spark_session
 
     db = Database.from_env(ROOT / ".moirae-bench", schema=f"bench_polyov_{uuid.uuid4().hex[:8]}")
+    archiver = Archiver(db, ArchiveSettings(chunk_span=timedelta(hours=1)))
     spark = spark_session(master="local[2]", app_name="bench-poly-overhead")
     work = Path(tempfile.mkdtemp(prefix="polyov_"))
     try:
-        folder = work / "in"
+        frame = readings(rows, 20)
+        folder, warm = work / "in", work / "warm"
         folder.mkdir()
-        write_input(folder, rows, 20, files)
-        for c in CONFIGS:  # warm-up, discarded
-            run_once(spark, db, folder, c == "on", work)
-        runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-        for order in run_orders(CONFIGS, rounds):
-            for c in order:
-                r = run_once(spark, db, folder, c == "on", work)
-                runs[c].append(r)
-                print(f"{c}: {rows / r['seconds']:,.0f} rows/s, {r['alerts']} alerts", flush=True)
-        thr = {c: [rows / r["seconds"] for r in runs[c]] for c in CONFIGS}
-        ratios = [a / b for a, b in zip(thr["on"], thr["off"], strict=True)]
-        data = {"quick": args.quick, "rows": rows, "files": files, "rounds": len(ratios), "throughput": thr,
-                "ratio": ratios, "alerts": runs["on"][-1]["alerts"], "poly_bytes": runs["on"][-1]["poly_bytes"],
-                "phases_on": runs["on"][-1]["phases"], "phases_off": runs["off"][-1]["phases"]}
+        warm.mkdir()
+        write_input(folder, frame, files)
+        for f in sorted(folder.iterdir())[:max(2, files // 4)]:
+            shutil.copy(f, warm / f.name)
+        archiver.register_stream(StreamSpec.build(STREAM, "ts", {"host": "text", "bw": "double"}))
+        per = len(frame) // files
+        for b in range(files):  # as the engine's archive query would have, batch by batch
+            archiver.append(STREAM, b, frame.iloc[b * per:(b + 1) * per].reset_index(drop=True))
+
+        def log(c: str, r: int, secs: float, out: dict) -> None:
+            print(f"round {r + 1} {c}: {rows / secs:,.0f} rows/s, {out['alerts']} alerts, phases "
+                  f"{ {k: round(v, 1) for k, v in out['phases'].items()} }", flush=True)
+
+        got = alternate(CONFIGS, rounds, lambda c, _: run_once(spark, db, archiver, folder, c, work),
+                        warm=lambda c: run_once(spark, db, archiver, warm, c, work),
+                        seconds_of=lambda out: out["seconds"], log=log)
+        thr = {c: [rows / x for x in got.seconds[c]] for c in CONFIGS}
+        last = {c: got.results[c][-1] for c in CONFIGS}
+        data = {"quick": args.quick, "rows": rows, "files": files, "rounds": rounds, "orders": got.orders,
+                "throughput": thr,
+                "ratio": {m: [a / b for a, b in zip(thr[f"{m}_on"], thr[f"{m}_off"], strict=True)] for m in MODES},
+                "alerts": {c: last[c]["alerts"] for c in CONFIGS},
+                "poly_bytes": {m: last[f"{m}_on"]["poly_bytes"] for m in MODES},
+                "unmatched": {m: last[f"{m}_off"]["unmatched"] + last[f"{m}_on"]["unmatched"] for m in MODES},
+                "phases": {c: last[c]["phases"] for c in CONFIGS}}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        archiver.close()
         db.drop_schema()
         db.close()
     ts = targets(data)
-    publish(name, data, render(data), None, targets=ts)
+    publish(name, data, render(data), figure(data), targets=ts)
     print(render(data))
     return exit_code(ts)
 
 
 def targets(data: dict) -> list[dict]:
-    r = data["ratio"]
-    return [target("polynomials: event-query live-path throughput, polynomials on / off", ">= 0.9x",
-                   f"{statistics.median(r):.2f}x (rounds {min(r):.2f}-{max(r):.2f}x)", verdict(r, 0.9))]
+    out = []
+    for m in MODES:
+        r = data["ratio"][m]
+        out.append(target(f"polynomials: event-query live-path throughput, polynomials on / off ({m} provenance)",
+                          ">= 0.9x", f"{statistics.median(r):.2f}x (rounds {min(r):.2f}-{max(r):.2f}x)",
+                          verdict(r, 0.9)))
+    return out
 
 
 def render(data: dict) -> str:
     thr = data["throughput"]
+    rows = "\n".join(
+        f"| {c.split('_')[0]} | {c.split('_')[1]} | {statistics.median(thr[c]):,.0f} | "
+        f"{', '.join(f'{x:,.0f}' for x in thr[c])} | {data['alerts'][c]} |" for c in CONFIGS)
+    ratios = "; ".join(f"{m} {statistics.median(data['ratio'][m]):.2f}x "
+                       f"(rounds {', '.join(f'{x:.2f}' for x in data['ratio'][m])})" for m in MODES)
     return ("## Polynomials: live-path overhead\n\n"
-            f"The overload event-query over {data['rows']:,} readings in {data['files']} micro-batches, windows' "
-            "provenance as lists in Spark's state, ANK-1 writing the graph to PostgreSQL, with polynomials off and "
-            f"on (each alert's polynomial to `ank_poly`), alternating, {data['rounds']} rounds each "
-            "(`bench/provenance/poly_overhead.py`).\n\n"
-            "| polynomials | rows/s (median) | rounds |\n|---|---:|---|\n"
-            + "\n".join(f"| {c} | {statistics.median(thr[c]):,.0f} | "
-                        f"{', '.join(f'{x:,.0f}' for x in thr[c])} |" for c in CONFIGS)
-            + f"\n\nOn / off: {statistics.median(data['ratio']):.2f}x; {data['alerts']} alerts, their polynomials "
-            f"{data['poly_bytes'] / 1024:.0f} KiB." + (" Quick run." if data["quick"] else ""))
+            f"The overload event-query over {data['rows']:,} readings in {data['files']} micro-batches, ANK-1 "
+            "writing the graph to PostgreSQL, with polynomials off and on (each alert's polynomial to `ank_poly`), "
+            "the windows' provenance kept as lists in Spark's state (`list`) or as a digest resolved against the "
+            f"archive (`digest`, the engine's default); the four configurations alternating, {data['rounds']} "
+            "rounds each (`bench/provenance/poly_overhead.py`).\n\n"
+            "| provenance | polynomials | rows/s (median) | rounds | alerts |\n|---|---|---:|---|---:|\n"
+            f"{rows}\n\nOn / off: {ratios}. Polynomials stored: "
+            + ", ".join(f"{m} {data['poly_bytes'][m] / 1024:.0f} KiB" for m in MODES)
+            + f"; windows the digest left unmatched: {data['unmatched']['digest']}."
+            + (" Quick run." if data["quick"] else ""))
+
+
+def figure(data: dict):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.0))
+    x = np.arange(len(MODES))
+    for j, p in enumerate(("off", "on")):
+        ax.bar(x + (j - 0.5) * 0.38, [statistics.median(data["throughput"][f"{m}_{p}"]) for m in MODES], 0.38,
+               label=f"polynomials {p}")
+        for k, m in enumerate(MODES):
+            ax.scatter([k + (j - 0.5) * 0.38] * len(data["throughput"][f"{m}_{p}"]), data["throughput"][f"{m}_{p}"],
+                       color="black", s=8, zorder=3)
+    ax.set_xticks(x, [f"{m} provenance" for m in MODES])
+    ax.set_ylabel("rows/s")
+    ax.set_title("Live-path throughput, polynomials off vs on")
+    ax.legend(fontsize=8)
+    return fig
 
 
 if __name__ == "__main__":

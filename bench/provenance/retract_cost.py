@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -42,10 +41,11 @@ import numpy as np
 import pandas as pd
 
 from bench.harness import ROOT, exit_code, publish, target, verdict
+from bench.provenance._rounds import alternate
 
 # the code this benchmark measures (bench.harness.staleness)
-MEASURES = ("bench/provenance/retract_cost.py", "moirae/retract", "ananke/poly_eval.py", "ananke/poly_store.py",
-            "ananke/poly_maint.py")
+MEASURES = ("bench/provenance/retract_cost.py", "bench/provenance/_rounds.py", "moirae/retract", "ananke/poly_eval.py",
+            "ananke/poly_store.py", "ananke/poly_maint.py")
 
 T0 = datetime(2026, 3, 2, tzinfo=UTC)
 WINDOW = timedelta(minutes=5)
@@ -194,29 +194,29 @@ def main(argv: list[str] | None = None) -> int:
         cases += [(f"mix {i}:{d} (1 %)", round(0.01 * n * d / (i + d)), round(0.01 * n * i / (i + d))) for i, d in MIXES]
         results = []
         for label, n_del, n_ins in cases:
-            runs: dict[str, list[float]] = {"poly": [], "spark": []}
-            equal = True
-            for r in range(rounds):
+            def change(r: int, n_del=n_del, n_ins=n_ins) -> dict:
                 removed = set(rng.sample(list(frame["_sid"]), n_del))
                 inserted = [{"_sid": 10**12 + r * 10**7 + i, "ts": T0 + timedelta(seconds=rng.randrange(86_400)),
                              "host": f"h{rng.randrange(hosts):02d}", "bw": rng.uniform(0, 100)} for i in range(n_ins)]
                 changed = [(int(s), by_sid.at[s, "ts"].to_pydatetime(),
                             {"host": by_sid.at[s, "host"], "bw": by_sid.at[s, "bw"]}) for s in removed]
                 changed += [(r_["_sid"], r_["ts"], {"host": r_["host"], "bw": r_["bw"]}) for r_ in inserted]
-                affected = {(v["host"], _floor(t)) for _, t, v in changed}
-                order = ("poly", "spark") if r % 2 == 0 else ("spark", "poly")
-                answers = {}
-                for side in order:
-                    t0 = time.perf_counter()
-                    if side == "poly":
-                        answers[side] = poly_side(store, pl, payloads, arch, removed, inserted, changed)
-                    else:
-                        answers[side] = spark_side(spark, cached, removed, inserted, affected)
-                    runs[side].append(time.perf_counter() - t0)
-                equal = equal and answers["poly"] == answers["spark"]
-                if answers["poly"] != answers["spark"]:
-                    print(f"  {label}: MISMATCH {sorted(answers['poly'] ^ answers['spark'])[:5]}", flush=True)
-            ratios = [s / p for s, p in zip(runs["spark"], runs["poly"], strict=True)]
+                return {"removed": removed, "inserted": inserted, "changed": changed,
+                        "affected": {(v["host"], _floor(t)) for _, t, v in changed}}
+
+            def side(name: str, c: dict) -> set[tuple]:
+                if name == "poly":
+                    return poly_side(store, pl, payloads, arch, c["removed"], c["inserted"], c["changed"])
+                return spark_side(spark, cached, c["removed"], c["inserted"], c["affected"])
+
+            got = alternate(("poly", "spark"), rounds, side, setup=change)
+            same = [a == b for a, b in zip(got.results["poly"], got.results["spark"], strict=True)]
+            for a, b in zip(got.results["poly"], got.results["spark"], strict=True):
+                if a != b:
+                    print(f"  {label}: MISMATCH {sorted(a ^ b)[:5]}", flush=True)
+            equal = all(same)
+            runs = got.seconds
+            ratios = got.ratios("spark", "poly")
             results.append({"case": label, "deleted": n_del, "inserted": n_ins, "poly_s": runs["poly"],
                             "spark_s": runs["spark"], "ratio": ratios, "equal": equal})
             print(f"{label}: poly {statistics.median(runs['poly']) * 1e3:.1f} ms, spark "

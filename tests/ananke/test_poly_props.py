@@ -164,3 +164,32 @@ def test_join_polynomials_match_a_rerun(lraw, rraw, data):
         p1, p2 = sorted(pairs)[:2]
         both = Poly(np.array([*p1, *p2]), None, 2)
         assert evaluate(JOIN, both, {}, removed).support == (p1 in got) + (p2 in got)
+
+
+# -- many at once -----------------------------------------------------------------------
+poly_st = st.lists(st.tuples(st.integers(1, 30), st.one_of(st.none(), st.integers(-5, 20).map(float))),
+                   max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(polys=st.lists(poly_st, max_size=8), data=st.data())
+def test_evaluate_many_is_evaluate_of_each(polys, data):
+    """The vectorized batch (one search of every polynomial's ids in the removed set)
+    gives each sink tuple the outcome :func:`evaluate` gives it alone, windows and joins."""
+    from ananke.poly_eval import evaluate_many
+
+    plan = _window_plan(SIZE)
+    removed = set(data.draw(st.lists(st.integers(1, 30), max_size=40)))
+    corrected = {s: {"v": data.draw(st.one_of(st.none(), st.integers(-5, 20).map(float)))}
+                 for s in data.draw(st.lists(st.integers(1, 30), max_size=4))}
+    items = []
+    for j, terms in enumerate(polys):
+        poly = Poly(np.array([s for s, _ in terms], dtype=np.int64),
+                    np.array([[np.nan if v is None else v] for _, v in terms]).reshape(len(terms), 1))
+        vals = [v for _, v in terms if v is not None]
+        items.append((j, poly, {"k": "a", "a": sum(vals) / len(vals) if vals else None, "n": len(terms)}))
+    assert evaluate_many(plan, items, removed, corrected) == {
+        sid: evaluate(plan, poly, payload, removed, corrected) for sid, poly, payload in items}
+    pairs = [(j, Poly(np.array([s for s, _ in terms][: len(terms) // 2 * 2], dtype=np.int64), None, 2), {})
+             for j, terms in enumerate(polys)]
+    assert evaluate_many(JOIN, pairs, removed) == {sid: evaluate(JOIN, p, {}, removed) for sid, p, _ in pairs}
