@@ -5,42 +5,47 @@ streaming DataFrame of graph items, built only from native operators, so Spark r
 parallel like the query itself:
 
 1. M_u (Algorithm 2) is an ``explode``: each sink tuple becomes one sink-vertex row, one
-   edge row and one source-vertex candidate row per provenance entry.
-2. One event-time Aggregate then acts as both *Delay* and *Forward Once*. Its windows have
-   size 2U and advance U over the sink time τ_K; each item keeps only the window that
-   starts at ⌊a/U⌋·U for its anchor a (a filter before the Aggregate, so the state holds
-   each item once), and rows are grouped by window and item (a = τ_K for
-   sink vertices and edges, a = τ_s for source vertices). That window ends at
-   ``delay(a) = (⌊a/U⌋ + 2)·U``, the paper's D. Every sink tuple a source s contributes to
-   has τ_K in [τ_s, τ_s + U] (Theorem 4.1), which lies inside that one window, so all
-   occurrences of s meet in one group and its vertex is emitted exactly once (FO), when
-   the watermark shows no further edge of s can come.
-3. A stateless ``explode`` adds the labels: a sink label stamped delay(τ_K) (= its edges'
-   stamp, R-L), a source label stamped delay(τ_s) + U (>= delay(τ_K) of every edge).
+   edge row and one source-vertex candidate row per provenance entry, each with an anchor
+   a (a = τ_K for sink vertices and edges, a = τ_s for source vertices).
+2. D then FO, as :func:`delay` with ``anchor``: one event-time Aggregate whose windows have
+   size 2U and advance U over the sink time τ_K, D's Filter keeping (before the Aggregate,
+   so the state holds each item once) the window that starts at ⌊a/U⌋·U, grouped by
+   window and item. That window ends at ``delay(a) = (⌊a/U⌋ + 2)·U``: D (figure 7) for
+   sink vertices and edges. Every sink tuple a source s contributes to has τ_K in
+   [τ_s, τ_s + U] (Theorem 4.1), which lies inside that one window, so all occurrences of
+   s meet in one group and its vertex is emitted exactly once, stamped delay(τ_s), when
+   the watermark shows no further edge of s can come: FO.
+3. M_L, a stateless ``explode``, adds the labels: a sink label stamped delay(τ_K) (= its
+   edges' stamp, R-L), a source label stamped delay(τ_s) + U (>= delay(τ_K) of every edge).
 
-Spark's ``dropDuplicatesWithinWatermark`` keeps a key for the watermark delay (the allowed
-lateness), not for U, so it cannot promise Forward-Once when U exceeds the lateness; hence
-the window above. And a Spark streaming plan cannot share a sub-plan between the branches
-of a union (each branch would re-run the whole query with its own state), so unlike the
-paper's figure 6 the sink vertices also go through the one Aggregate: they are stamped
-delay(τ_K) rather than τ_K. U = 0 (stateless queries) runs with U = 1 ms; the argument
-needs only τ_K ∈ [τ_s, τ_s + U] (A 5.2, "Corner case").
+Why D and FO share one Aggregate rather than figure 6's five stateful operators (D_1,
+FO's two Aggregates and Join, D_2) and the sorting Aggregate on four branches:
+
+- in one Spark streaming query every branch of a union re-runs the query upstream of it,
+  with state of its own, so figure 6's branches would run the monitored query four times;
+- each stateful operator costs every micro-batch a fixed amount of driver work whatever
+  the rows (its plan and generated code, its closures serialized, the Hadoop settings
+  broadcast to its state stores), which is what ANK-N's overhead is made of at these
+  volumes;
+- FO's two Aggregates and Join (figures 8-9) find a group's first arrival by counting;
+  a source vertex's key carries that time, τ_s, so D's window anchored on it holds the
+  whole group.
+
+Spark's ``dropDuplicatesWithinWatermark`` keeps a key for the watermark delay (the
+allowed lateness), not for U, so it cannot promise Forward-Once when U exceeds the
+lateness. The sink vertices also go through the Aggregate: they are stamped delay(τ_K)
+rather than τ_K. U = 0 (stateless queries) runs with U = 1 ms; the argument needs only
+τ_K ∈ [τ_s, τ_s + U] (A 5.2, "Corner case").
 
 Timestamps differ from ANK-1's, as A 6.2 says; the sets of vertices, edges and labels are
 the same. The output columns are :data:`ITEM_COLUMNS`.
 
-The paper's two auxiliary operators are also here as it composes them from native
-operators, each usable on its own, batch or streaming: :func:`delay` (D, figure 7: an
-Aggregate of windows 2U advancing U keyed by the payload, a Filter keeping the copy
-delayed by more than U, a Map restoring the payload) and :func:`forward_once` (FO,
-figures 8-9: two Aggregates of tumbling 2U windows offset by U, counting each key's
-tuples, and a Join under predicate (5.1)). :func:`ankn_items` does not chain them as
-figure 6 does: in one Spark streaming query every branch of a union re-runs the query
-upstream of it with state of its own, and figure 6 would stack five stateful operators
-(D_1, FO's three, D_2) and the sorting Aggregate on four branches. Its one Aggregate is
-D with F applied first, and FO keyed by the source tuple's own time τ_s, which every
-occurrence of a source vertex carries (so the group's first arrival need not be found by
-counting, as FO's Join does).
+The paper's two auxiliary operators are here as it composes them from native operators,
+each usable on its own, batch or streaming: :func:`delay` (D, figure 7: an Aggregate of
+windows 2U advancing U keyed by the payload, a Filter keeping the copy delayed by more
+than U, a Map restoring the payload) and :func:`forward_once` (FO, figures 8-9: two
+Aggregates of tumbling 2U windows offset by U, counting each key's tuples, and a Join
+under predicate (5.1)), for keys that do not carry their first time.
 """
 
 from __future__ import annotations
@@ -111,12 +116,9 @@ def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None)
         F.transform(PROV, lambda p: item("source", p["id"], null_long, null_long, F.unix_micros(p["ts"]),
                                          F.unix_micros(p["ts"]), null_str)),
     )).alias("i")).select("tk", "i.*")
-    win = F.window("tk", spark_interval(2 * u), spark_interval(u)).alias("w")
-    grouped = (mu.select(win, "*")
-               .filter(F.unix_micros(F.col("w.start")) == F.floor(F.col("anchor") / F.lit(u_us)) * F.lit(u_us))
-               .groupBy("w", "kind", "id", "source_id", "sink_id", "tuple_us", "anchor", "sink_name")
-               .agg(F.first("payload").alias("payload")))
-    end = F.unix_micros(F.col("w.end"))
+    # D then FO: one Aggregate, keyed by the item (module docstring)
+    grouped = delay(mu, "tk", u, anchor="anchor")
+    end = F.unix_micros(F.col("tk"))
 
     def out(kind, vkind, ts_us, id_=None, body=False):
         return F.struct(F.lit(kind).alias("kind"), F.lit(vkind).cast("string").alias("vertex_kind"),
@@ -135,21 +137,28 @@ def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None)
     return grouped.select(F.explode(expanded).alias("o")).select(*[F.col(f"o.{c}").alias(c) for c in ITEM_COLUMNS])
 
 
-def delay(df, ts: str, U: timedelta):
+def delay(df, ts: str, U: timedelta, anchor: str | None = None):
     """The paper's Delay operator D as figure 7 composes it (A 5.2): every input tuple once,
     payload unchanged, stamped ``delay(τ) = (⌊τ/U⌋ + 2)·U``, so ``U < delay(τ) - τ <= 2U``.
 
     - A: an Aggregate over event time ``ts`` with windows of size 2U advancing U, keyed by
       the payload (every column but ``ts``) and the input's own time τ_orig, so a tuple
-      lands in exactly two windows and leaves one output tuple for each;
-    - F: keeps the output whose window end lies more than U after τ_orig (exactly one of
-      the two);
+      lands in exactly two windows;
+    - F: keeps the window whose end lies more than U after τ_orig (exactly one of the two,
+      the one starting at ⌊τ_orig/U⌋·U). F reads only the window and τ_orig, so it runs
+      before A: the state holds each tuple once, and the result is figure 7's;
     - M: restores the payload, stamped with that window's end.
 
-    The payload must be unique per tuple (the paper's premise) and groupable (no map
-    columns). On a streaming ``df`` the column ``ts`` needs a watermark, and a tuple
-    leaves when the watermark passes its window's end. :func:`ankn_items` applies F's
-    condition before its Aggregate instead (so its state holds each item once).
+    With ``anchor`` (a column of microseconds since the epoch, part of the payload) F keeps
+    the window that starts at ⌊anchor/U⌋·U instead, and A is keyed by the payload alone:
+    tuples with equal payloads whose ``ts`` lie in ``[anchor, anchor + U]`` meet in that one
+    window and leave one output, stamped ``delay(anchor)``. That is Forward Once for a key
+    that carries its own first time, as a source vertex does (its id and τ_s; every sink
+    tuple naming it has τ_K in [τ_s, τ_s + U], Theorem 4.1): D then FO in one Aggregate.
+    Without ``anchor`` the payload must be unique per tuple (the paper's premise).
+
+    The payload must be groupable (no map columns). On a streaming ``df`` the column ``ts``
+    needs a watermark, and a tuple leaves when the watermark passes its window's end.
 
     >>> from datetime import datetime, UTC
     >>> tau, U = datetime(2024, 1, 1, 0, 0, 25, tzinfo=UTC), timedelta(seconds=10)
@@ -160,12 +169,17 @@ def delay(df, ts: str, U: timedelta):
 
     u_us = _micros(U)
     payload = [c for c in df.columns if c != ts]
+    if anchor is not None and anchor not in payload:
+        raise AnankeError(f"delay: anchor column {anchor!r} is not among the payload columns {payload}")
     # τ_orig as a number: a second timestamp key would carry the watermark's marker too,
     # and a streaming Aggregate takes one event-time column
-    a = (df.groupBy(F.window(ts, spark_interval(2 * U), spark_interval(U)).alias("_w"),
-                    F.unix_micros(F.col(ts)).alias("_orig"), *payload).agg(F.count(F.lit(1)).alias("_n")))
-    f = a.filter(F.unix_micros(F.col("_w.end")) - F.col("_orig") > F.lit(u_us))
-    return f.select(*payload, F.col("_w.end").alias(ts))
+    orig = F.col(anchor) if anchor is not None else F.unix_micros(F.col(ts))
+    keys = [] if anchor is not None else [orig.alias("_orig")]
+    f = (df.select(F.window(ts, spark_interval(2 * U), spark_interval(U)).alias("_w"), *keys, *payload)
+         .filter(F.unix_micros(F.col("_w.start")) == F.floor(orig / F.lit(u_us)) * F.lit(u_us)))
+    # a count, so Spark aggregates by hashing (a first() of a string would sort both sides)
+    a = f.groupBy("_w", *(["_orig"] if keys else []), *payload).agg(F.count(F.lit(1)).alias("_n"))
+    return a.select(*payload, F.col("_w.end").alias(ts))
 
 
 def forward_once(df, ts: str, key: Sequence[str], U: timedelta):
@@ -225,7 +239,7 @@ def _micros(U: timedelta) -> int:
 
 
 def rows_to_items(rows: Sequence) -> list[GraphItem]:
-    """Graph items from collected ITEM_COLUMNS rows."""
+    """Graph items from collected ITEM_COLUMNS rows (Rows, or dicts from Arrow)."""
     import json
 
     out: list[GraphItem] = []
@@ -256,7 +270,7 @@ class AnkNSparkSink:
     def __call__(self, batch_df, batch_id: int) -> None:
         if batch_id <= self.last_batch:
             return
-        items = rows_to_items(batch_df.collect())
+        items = rows_to_items(batch_df.toArrow().to_pylist())
         if items:
             self.emit(items)
         self.items += len(items)

@@ -74,3 +74,28 @@ def test_forward_once_forwards_a_key_again_after_its_group(spark):
     df = spark.createDataFrame(rows, "id long, body string, ts timestamp")
     out = sorted((_aware(r["ts"]), r["body"]) for r in forward_once(df, "ts", ["id"], U).collect())
     assert out == [(delay_of(_at(1_000), U), "b"), (delay_of(_at(61_000), U), "c")]
+
+
+def test_delay_with_an_anchor_forwards_each_key_once_at_delay_of_its_anchor(spark):
+    """D then FO (the live path's Aggregate): the occurrences of a key that carries its first
+    time ``a`` (a source vertex's τ_s) arrive at times in [a, a + U]; one output each,
+    stamped delay(a), wherever the occurrences fall relative to the window boundaries."""
+    rng = random.Random(5)
+    rows, expected = [], {}
+    for key in range(60):
+        a = rng.randrange(0, 100_000)
+        expected[key] = delay_of(_at(a), U)
+        times = [a, a + 10_000] + [a + rng.randrange(0, 10_001) for _ in range(rng.randrange(0, 4))]
+        rows += [(key, _at(a).timestamp() * 1e6, _at(t)) for t in times]
+    df = spark.createDataFrame([(k, int(a), t) for k, a, t in rows], "id long, a long, ts timestamp")
+    out = delay(df, "ts", U, anchor="a").collect()
+    assert sorted(r["id"] for r in out) == sorted(expected)  # once each
+    assert {r["id"]: _aware(r["ts"]) for r in out} == expected
+
+
+def test_delay_names_an_anchor_that_is_not_in_the_payload(spark):
+    from ananke.errors import AnankeError
+
+    df = spark.createDataFrame([(1, T0)], "id long, ts timestamp")
+    with pytest.raises(AnankeError, match="'nope'"):
+        delay(df, "ts", U, anchor="nope")
