@@ -1,0 +1,723 @@
+"""Cost curves: how the engine's cost grows with the event-queries on a source, the open
+recall tasks and the archive's size. Three curves, each with its baseline (its first
+point) measured in the same run:
+
+1. **Sustained rate against event-queries on one source** (1, 2, 4, 8, 16; quick 1, 8).
+   The engine (archive, Ananke provenance ANK-1, events archived) over Spark's JVM
+   ``rate-micro-batch`` source shaped like the metrics stream
+   (:func:`bench.engine.bursts.metrics_df`: ``ts``, ``sid = value % 1000``, ``bw``),
+   with N copies of :func:`bench.engine.engine_jvm.overload` (a 5 s tumbling average per
+   ``sid`` and a filter) reading it, ``local[2]``, trigger 1 s (quick 0.5 s). The source
+   is backlogged and admits ``--rows-per-batch`` rows a batch (the same for every point,
+   by default twice the last published provenance capacity of ``engine_jvm`` per trigger), so
+   every query runs batch after batch: its rate is the rows of its batches that began
+   after a warm-up, over the wall time from the first one's start to the last one's end
+   (:func:`sustained_rate`); the engine's rate is the slowest of the queries that read
+   the source. A discarded 1-query point first warms the JVM. A point whose queries were
+   idle between batches (busy < 90 % of that span) was not saturated: its rate is only a
+   lower bound, and says so. Target: 8
+   queries >= 0.5x the rate of 1.
+2. **Time to first history against open recall tasks** (10, 100, 1000). No Spark: an
+   engine over an archived stream of short chunks, one Recall operator (a bounded
+   ``period``, so its tasks never suspend for feedback, M 4.4), and N open events: real
+   event-log records whose Recall tasks are runnable in the stride scheduler
+   (``recall.max_concurrent`` history-queries at a time), each with hundreds of chunks
+   left. A fresh alert then enters where the event worker hands an alert over (the event
+   log, then the Recall Manager's ``submit``); its time to first history is from its
+   detection (the event record's clock, as the engine's ``alert_latencies``) to its
+   first Recall output on the bus. Each point measures ``--alerts`` fresh alerts one
+   after another (each cancelled after its first output; background tasks topped up to
+   N), in ``--rounds`` interleaved rounds (:func:`bench.harness.run_orders`). Target:
+   per round, the largest point's median over the smallest's <= 1.5 (flat).
+3. **Driver RSS against archive size** (1M, 10M, 100M rows; quick 100k, 1M). One
+   stream (``ts``, ``sid`` of 1000 keys, ``bw``; 1000 rows per second of event time,
+   chunks chosen by the archive's default ``chunk_target_rows``) grown in place through
+   the archive's bulk path (``Archiver.append(..., bulk=True)``: binary COPY, history
+   chunks in the old tier, as a user's backfill), then aged. At each size a fresh
+   Python process (the driver) opens an engine over that archive, submits ``--rss-alerts``
+   alerts whose Recall reads the whole archive, waits for every task to end and samples
+   its own RSS every 50 ms (no Spark: these runs start no JVM). Target: the largest
+   size's peak RSS <= 1.5x the smallest's, in every round. A size that would not fit
+   the disk or ``--load-budget`` seconds of loading (projected from the sizes before it)
+   is not built: the largest that fits is measured, and the ceiling is recorded.
+
+Run: ``python -m bench cost_curves [--quick] [--curves queries,open,rss]`` (published as
+``cost_curves_quick`` when quick; ``--curves`` with fewer than all three prints, and
+publishes nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+
+from bench.engine.engine_e2e import OPEN_STATES, STOP_GRACE_S, Bench
+from bench.harness import RESULTS, ROOT, exit_code, publish, run_orders, target, verdict
+from moirae.runtime.graceful_stop import stop_between_batches
+
+MEASURES = ("bench/engine/cost_curves.py", "bench/engine/bursts.py", "bench/engine/engine_jvm.py", "moirae",
+            "archive", "recall", "scheduler", "ananke")
+CURVES = ("queries", "open", "rss")
+QUERIES, QUICK_QUERIES = (1, 2, 4, 8, 16), (1, 8)
+OPEN, QUICK_OPEN = (10, 100, 1000), (10, 100, 1000)
+SIZES, QUICK_SIZES = (1_000_000, 10_000_000, 100_000_000), (100_000, 1_000_000)
+QUERIES_GOAL, FLAT_GOAL, RSS_GOAL = 0.5, 1.5, 1.5
+TRIGGER_S, QUICK_TRIGGER_S = 1.0, 0.5
+SATURATED = 0.9  # busy share of a query's measured span below which its rate is a lower bound
+HISTORY_SQL = "SELECT h.sid, avg(h.bw) AS mean_bw, count(*) AS n FROM metrics h WHERE h.sid = :sid GROUP BY h.sid"
+KEYS = 1000
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+# -- 1: sustained rate against event-queries ----------------------------------------------
+
+def sustained_rate(progresses: list[dict], after_s: float, until_s: float) -> dict:
+    """A query's rate over its batches that began at or after ``after_s`` and ended by
+    ``until_s`` (epoch seconds): their input rows over the wall time from the first one's
+    start to the last one's end, and the share of that span the query was busy (1.0 when
+    batches ran back to back: saturated). None figures when fewer than one such batch.
+
+    >>> p = [{"timestamp": "2026-11-28T00:00:0%dZ" % s, "numInputRows": 100,
+    ...       "durationMs": {"triggerExecution": 2000}} for s in (0, 2, 4)]
+    >>> t0 = datetime(2026, 11, 28, tzinfo=UTC).timestamp()
+    >>> sustained_rate(p, t0 + 1, t0 + 6)
+    {'batches': 2, 'rows': 200, 'seconds': 4.0, 'rows_per_s': 50.0, 'busy': 1.0}
+    >>> sustained_rate(p, t0 + 1, t0 + 5)["batches"]  # the last batch ends at 6 s: not counted
+    1
+    """
+    spans = []
+    for p in progresses:
+        if not p.get("numInputRows") or not p.get("durationMs"):
+            continue
+        begun = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        ended = begun + p["durationMs"].get("triggerExecution", 0) / 1000
+        if begun >= after_s and ended <= until_s:
+            spans.append((begun, ended, int(p["numInputRows"])))
+    if not spans:
+        return {"batches": 0, "rows": 0, "seconds": None, "rows_per_s": None, "busy": None}
+    wall = max(e for _, e, _ in spans) - min(b for b, _, _ in spans)
+    rows = sum(r for _, _, r in spans)
+    busy = sum(e - b for b, e, _ in spans)
+    return {"batches": len(spans), "rows": rows, "seconds": round(wall, 3),
+            "rows_per_s": round(rows / wall, 1) if wall > 0 else None, "busy": round(busy / wall, 3) if wall else None}
+
+
+def rate_point(b: Bench, n: int, rows_per_batch: int, ts_rate: int, warm_batches: int, batches: int,
+               timeout_s: float, trigger_s: float = TRIGGER_S) -> dict:
+    """The engine with ``n`` event-queries on one backlogged source: each query's
+    :func:`sustained_rate` over ``batches`` batches after ``warm_batches``."""
+    from bench.engine.bursts import metrics_df, metrics_queries
+    from bench.engine.engine_jvm import overload
+
+    e = b.engine(f"q{n}", spark={"trigger": f"{int(trigger_s * 1000)}ms"}, ananke={"enabled": True})
+    base_us = time.time_ns() // 1000
+    e.source("metrics", metrics_df(e.spark, ts_rate, base_us, rows_per_batch), ts="ts", lateness="2 seconds",
+             indexes=[("sid",)])
+    for i in range(n):
+        e.event_query(f"overload{i}", overload, inputs=["metrics"])
+    qs = []
+    try:
+        e.start()
+        qs = metrics_queries(e)
+
+        def counts() -> dict[str, int]:
+            for q in qs:
+                if q.exception() is not None:
+                    raise RuntimeError(f"{n} event-queries: query {q.name} failed: {q.exception()}")
+            return {q.name: sum(1 for p in q.recentProgress if p.get("numInputRows")) for q in qs}
+
+        def done(goal: dict[str, int]) -> bool:
+            return all(c >= goal[name] for name, c in counts().items())
+
+        deadline = time.monotonic() + timeout_s
+        while not done({q.name: warm_batches for q in qs}):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} event-queries: no {warm_batches} batches with rows within {timeout_s:g} s")
+            time.sleep(0.25)
+        after = time.time()
+        goal = {name: c + batches + 1 for name, c in counts().items()}  # + the batch running at ``after``
+        while not done(goal):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{n} event-queries: {batches} measured batches not done within {timeout_s:g} s")
+            time.sleep(0.25)
+        until = time.time()
+        per_query = {q.name: sustained_rate(q.recentProgress, after, until) for q in qs}
+        alerts = sum(f.events_seen for f in e.deploy.flows.values())
+    finally:
+        e.close()
+        for q in qs:
+            if q.isActive:
+                stop_between_batches(q, STOP_GRACE_S)
+        b.drop_schemas()
+    rates = [x["rows_per_s"] for x in per_query.values()]
+    rate = min(rates) if rates and None not in rates else None
+    busy = min((x["busy"] for x in per_query.values() if x["busy"] is not None), default=None)
+    print(f"{n:>3} event-queries: {rate and f'{rate:,.0f}'} rows/s (slowest of {len(qs)} queries; "
+          f"least busy {busy}), {alerts} alerts", flush=True)
+    return {"queries": n, "rows_per_s": rate, "min_busy": busy, "saturated": busy is not None and busy >= SATURATED,
+            "alerts": alerts, "per_query": per_query}
+
+
+def queries_curve(b: Bench, points: tuple[int, ...], rows_per_batch: int, warm_batches: int, batches: int,
+                  trigger_s: float = TRIGGER_S) -> dict:
+    """Curve 1, the points in the order given (the baseline, 1 query, first)."""
+    ts_rate = max(1, int(rows_per_batch / (2 * trigger_s)))  # event time: one batch is 2 triggers of it
+    try:  # JIT, Python workers, the first plans: a cold JVM's first point would be a weak baseline; discarded
+        rate_point(b, 1, rows_per_batch, ts_rate, 1, 1, timeout_s=240, trigger_s=trigger_s)
+    except RuntimeError as exc:
+        print(f"warm-up point: {exc}", flush=True)
+    out = []
+    for n in points:
+        try:
+            out.append(rate_point(b, n, rows_per_batch, ts_rate, warm_batches, batches, timeout_s=240 + 40 * n,
+                                  trigger_s=trigger_s))
+        except RuntimeError as exc:  # a point that did not finish: recorded, the rest still measured
+            print(f"{n:>3} event-queries: {exc}", flush=True)
+            out.append({"queries": n, "rows_per_s": None, "min_busy": None, "saturated": False, "alerts": None,
+                        "error": str(exc)[:300]})
+    base = out[0]["rows_per_s"]
+    for p in out:
+        p["over_baseline"] = round(p["rows_per_s"] / base, 3) if base and p["rows_per_s"] else None
+    return {"baseline": {"queries": out[0]["queries"], "rows_per_s": base},
+            "rows_per_batch": rows_per_batch, "trigger_s": trigger_s, "event_time_rows_per_s": ts_rate,
+            "warm_batches": warm_batches, "measured_batches": batches, "points": out}
+
+
+# -- 2: time to first history against open recall tasks -----------------------------------
+
+class OpenTasks:
+    """An engine (no Spark) over ``chunks`` chunks of 10 minutes of ``metrics`` and one
+    Recall operator ``norm`` reading all of them; :meth:`point` opens N events and
+    times fresh alerts."""
+
+    def __init__(self, b: Bench, chunks: int, keys: int = 10) -> None:
+        import numpy as np
+        import pandas as pd
+
+        from archive.streams import StreamSpec
+        from recall.operator import Recall
+
+        self.e = b.engine("open", archive={"chunk_span": "10m", "chunk_target_rows": 0})
+        self.keys, self.n = keys, 0
+        self.e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "bigint", "bw": "double"},
+                                                         indexes=[("sid",)]))
+        per_chunk = 60 * keys  # a row per key every 10 s
+        for c in range(0, chunks, 50):  # 50 chunks an append
+            n = min(50, chunks - c) * 60
+            self.e.archiver.append("metrics", -(c + 1), pd.DataFrame({
+                "ts": pd.date_range(T0 + timedelta(minutes=10 * c), periods=n, freq="10s").repeat(keys),
+                "sid": np.tile(np.arange(keys, dtype=np.int64), n),
+                "bw": np.random.default_rng(c).normal(50, 10, n * keys)}), bulk=True)
+        self.end = T0 + timedelta(minutes=10 * chunks)
+        self.e.archiver.demote(self.end, ["metrics"])
+        self.e.archiver.age()
+        self.e.deploy.manager.register(Recall("norm", HISTORY_SQL, period=timedelta(minutes=10 * chunks + 10),
+                                              time_column="h.ts", store=self.e.archiver))
+        self.chunks, self.rows = chunks, chunks * per_chunk
+
+    def close(self) -> None:
+        self.e.close()
+
+    def _alert(self, tag: str):
+        from moirae.ingest.events import EventRecord
+
+        self.n += 1
+        rec = EventRecord("overload", f"{tag}-{self.n}", self.end, {"sid": self.n % self.keys, "avg_bw": 91.5})
+        self.e.deploy.events.add([rec])
+        self.e.deploy.manager.submit(rec.as_event(), ["norm"])
+        return rec
+
+    def open_count(self) -> int:
+        return sum(1 for t in self.e.deploy.manager.tasks() if t.state.value in OPEN_STATES)
+
+    def _wait_started(self, eids: set[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            started = {t.eid for t in self.e.deploy.manager.tasks() if t.outputs > 0}
+            if eids <= started:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(eids - started)} of {len(eids)} open tasks had no output in {timeout:g} s")
+            time.sleep(0.05)
+
+    def fresh_ttfh(self, timeout: float = 120.0) -> tuple[float, dict]:
+        """Time to first history of one fresh alert (then cancelled), and its task's own
+        figures from submission: to its first chunk and its first result, and the time
+        its history-queries and operator calls took."""
+        from recall.api import Output, OutputKind
+
+        eid = f"fresh-{self.n + 1}"
+        sub = self.e.deploy.manager.bus.subscribe(
+            eid=eid, accept=lambda o: isinstance(o, Output) and o.kind is not OutputKind.BOUNDARY
+            and o.key != "__status__")
+        try:
+            rec = self._alert("fresh")
+            assert rec.eid == eid
+            item = sub.get(timeout=timeout)
+            if item is None:
+                raise RuntimeError(f"fresh alert {eid}: no Recall output within {timeout:g} s")
+            latency = time.monotonic() - rec.detected_mono
+        finally:
+            sub.close()
+        view = next(iter(self.e.deploy.manager.tasks(eid)), None)
+        task = {} if view is None else {
+            "first_chunk_s": view.time_to_first_chunk and round(view.time_to_first_chunk, 4),
+            "first_result_s": view.time_to_first_result and round(view.time_to_first_result, 4),
+            "spent_s": round(view.time_spent, 4)}
+        try:
+            self.e.deploy.manager.cancel(eid)
+        except LookupError:  # its task already ended: nothing left open
+            pass
+        return latency, task
+
+    def point(self, n: int, alerts: int, gap_s: float = 0.1) -> dict:
+        """``alerts`` fresh alerts timed, each while ``n`` events have runnable tasks."""
+        opened: set[str] = set()
+        samples = []
+        try:
+            for _ in range(alerts):
+                for _ in range(5):  # a task may end while others start: top up again
+                    short = n - self.open_count()
+                    if short <= 0:
+                        break
+                    new = {self._alert(f"bg{n}").eid for _ in range(short)}
+                    opened |= new
+                    self._wait_started(new, timeout=120 + n * 0.5)
+                open_now = self.open_count()
+                latency, task = self.fresh_ttfh()
+                samples.append({"ttfh_s": round(latency, 4), "open_at_alert": open_now, "task": task})
+                time.sleep(gap_s)
+        finally:
+            self.e.deploy.manager.cancel_many(opened & {t.eid for t in self.e.deploy.manager.tasks()
+                                                       if t.state.value in OPEN_STATES})
+            deadline = time.monotonic() + 60
+            while self.open_count() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        xs = [s["ttfh_s"] for s in samples]
+        out = {"open": n, "median_s": round(statistics.median(xs), 4), "min_s": min(xs), "max_s": max(xs),
+               "open_at_alert_min": min(s["open_at_alert"] for s in samples), "samples": samples}
+        print(f"{n:>5} open tasks: time to first history median {out['median_s']} s "
+              f"({out['min_s']}-{out['max_s']}), at least {out['open_at_alert_min']} open", flush=True)
+        return out
+
+
+def flatness(rounds: list[dict[int, dict]]) -> list[float]:
+    """Per round, the largest median time to first history over the smallest.
+
+    >>> flatness([{10: {"median_s": 0.02}, 1000: {"median_s": 0.05}}, {10: {"median_s": 0.03}, 1000: {"median_s": 0.03}}])
+    [2.5, 1.0]
+    """
+    return [round(max(p["median_s"] for p in r.values()) / min(p["median_s"] for p in r.values()), 3)
+            for r in rounds]
+
+
+def open_curve(b: Bench, points: tuple[int, ...], alerts: int, rounds: int, chunks: int) -> dict:
+    """Curve 2: the points interleaved over ``rounds`` on one engine."""
+    ot = OpenTasks(b, chunks)
+    try:
+        ot.point(points[0], 2)  # warm-up: connections, the operator's first plans; discarded
+        by_round = []
+        for order in run_orders(points, rounds):
+            r = {n: ot.point(n, alerts) for n in order}
+            by_round.append({n: r[n] for n in points})
+    finally:
+        ot.close()
+        b.drop_schemas()
+    medians = {n: statistics.median(r[n]["median_s"] for r in by_round) for n in points}
+    return {"baseline": {"open": points[0], "median_s": round(medians[points[0]], 4)}, "chunks_per_task": ot.chunks, "archive_rows": ot.rows, "alerts_per_point": alerts, "rounds": len(by_round),
+            "points": [{"open": n, "median_s": round(medians[n], 4),
+                        "over_baseline": round(medians[n] / medians[points[0]], 3),
+                        "by_round": [r[n] for r in by_round]} for n in points],
+            "flatness_by_round": flatness(by_round)}
+
+
+# -- 3: driver RSS against archive size ----------------------------------------------------
+
+def grow_archive(archiver, have: int, want: int, batch: int = 250_000) -> None:
+    """Append rows ``have`` .. ``want`` - 1 of the stream ``metrics`` through the bulk path:
+    row i at T0 + i ms, ``sid = i % 1000``."""
+    import numpy as np
+    import pyarrow as pa
+
+    for start in range(have, want, batch):
+        i = np.arange(start, min(want, start + batch), dtype=np.int64)
+        ts = pa.array(int(T0.timestamp() * 1_000_000) + i * 1000, pa.timestamp("us", tz="UTC"))
+        table = pa.table({"ts": ts, "sid": pa.array(i % KEYS), "bw": pa.array((i * 2654435761 % 1000) / 10.0)})
+        archiver.append("metrics", -(start // batch + 1), table, bulk=True)
+    end = T0 + timedelta(milliseconds=want)
+    archiver.demote(end, ["metrics"])
+    archiver.age()
+
+
+def schema_bytes(dsn: str, schema: str) -> int:
+    import psycopg2
+
+    with psycopg2.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p')",
+                    (schema,))
+        return int(cur.fetchone()[0])
+
+
+def rss_child(dsn: str, schema: str, data_dir: str, rows: int, alerts: int, timeout: float) -> dict:
+    """In a fresh process: open an engine over the archive, run ``alerts`` alerts whose
+    Recall reads all ``rows`` rows of it, and sample this process's RSS throughout."""
+    me = psutil.Process()
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            samples.append(me.memory_info().rss)
+            stop.wait(0.05)
+
+    threading.Thread(target=sample, daemon=True).start()
+    from moirae import Engine
+    from moirae.ingest.events import EventRecord
+    from recall.operator import Recall
+
+    start_mb = me.memory_info().rss / 2**20
+    e = Engine.from_config(None, data_dir=data_dir, postgres={"dsn": dsn, "schema": schema})
+    try:
+        chunks = len(e.archiver.chunks("metrics"))
+        open_mb = me.memory_info().rss / 2**20
+        end = T0 + timedelta(milliseconds=rows)
+        e.deploy.manager.register(Recall("norm", HISTORY_SQL, period=end - T0 + timedelta(minutes=1),
+                                         time_column="h.ts", store=e.archiver))
+        t0 = time.monotonic()
+        for k in range(alerts):
+            rec = EventRecord("overload", f"rss-{k}", end, {"sid": k * 37 % KEYS, "avg_bw": 91.5})
+            e.deploy.events.add([rec])
+            e.deploy.manager.submit(rec.as_event(), ["norm"])
+        while any(t.state.value in OPEN_STATES for t in e.deploy.manager.tasks()):
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"{rows:,} rows: recall tasks not done in {timeout:g} s")
+            time.sleep(0.1)
+        recall_s = time.monotonic() - t0
+        views = e.deploy.manager.tasks()
+        chunks_read = sum(t.chunks_done for t in views)
+        rows_read = sum(t.rows for t in views)
+    finally:
+        e.close()
+    stop.set()
+    return {"chunks": chunks, "start_mb": round(start_mb, 1), "open_mb": round(open_mb, 1),
+            "peak_mb": round(max(samples) / 2**20, 1), "end_mb": round(samples[-1] / 2**20, 1),
+            "recall_s": round(recall_s, 2), "chunks_read": chunks_read, "history_rows": rows_read}
+
+
+def run_rss_child(b: Bench, schema: str, rows: int, alerts: int, timeout: float = 900.0) -> dict:
+    args = json.dumps({"dsn": b.dsn, "schema": schema, "data_dir": str(b.tmp / f"rss_{uuid.uuid4().hex[:6]}"),
+                       "rows": rows, "alerts": alerts, "timeout": timeout})
+    out = subprocess.run([sys.executable, "-m", "bench.engine.cost_curves", "--rss-child", args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=timeout + 120, check=False)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"RSS run over {rows:,} rows failed (exit {out.returncode}): {out.stderr[-800:]}")
+    return json.loads(lines[-1])
+
+
+def disk_free(dsn: str) -> int:
+    """Free bytes on the file system holding the database's data directory (the embedded
+    server's under the repository; an external one's unknown: the repository's)."""
+    data = ROOT / ".moirae-bench"
+    return shutil.disk_usage(data if data.exists() else ROOT).free
+
+
+def rss_curve(b: Bench, sizes: tuple[int, ...], alerts: int, rounds: int, load_budget_s: float) -> dict:
+    """Curve 3: one archive grown to each size in turn; at each, ``rounds`` driver runs."""
+    from archive.streams import StreamSpec
+
+    e = b.engine("rss")
+    schema = b.schemas[-1]
+    e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "bigint", "bw": "double"},
+                                                indexes=[("sid",)]))
+    e.archiver.fix_interval("metrics", sizes[-1], timedelta(milliseconds=sizes[-1]))
+    points, have, load_s, ceiling = [], 0, 0.0, None
+    try:
+        for size in sizes:
+            if have:  # project this size's load from the ones before it
+                per_row_s, per_row_b = load_s / have, schema_bytes(b.dsn, schema) / have
+                need_s, need_b = per_row_s * (size - have), per_row_b * (size - have)
+                if load_s + need_s > load_budget_s:
+                    ceiling = {"rows": size, "limit": "time", "projected_load_s": round(load_s + need_s),
+                               "budget_s": load_budget_s}
+                elif need_b * 1.3 > disk_free(b.dsn):
+                    ceiling = {"rows": size, "limit": "disk", "projected_bytes": int(need_b),
+                               "free_bytes": disk_free(b.dsn)}
+                if ceiling:
+                    print(f"archive of {size:,} rows not built: {ceiling}", flush=True)
+                    break
+            t0 = time.monotonic()
+            grow_archive(e.archiver, have, size)
+            load_s += time.monotonic() - t0
+            have = size
+            nbytes = schema_bytes(b.dsn, schema)
+            try:
+                runs = [run_rss_child(b, schema, size, alerts) for _ in range(rounds)]
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                ceiling = {"rows": size, "limit": "driver run failed", "error": str(exc)[:300]}
+                print(f"archive of {size:,} rows: {exc}", flush=True)
+                break
+            points.append({"rows": size, "load_s_total": round(load_s, 1), "archive_bytes": nbytes,
+                           "peak_mb": statistics.median(r["peak_mb"] for r in runs), "runs": runs})
+            print(f"{size:>12,} rows ({nbytes / 2**30:.2f} GiB, {runs[0]['chunks']} chunks, loaded in "
+                  f"{load_s:.0f} s so far): driver peak RSS {[r['peak_mb'] for r in runs]} MB", flush=True)
+    finally:
+        e.close()
+        b.drop_schemas()
+    base = points[0]
+    for p in points:
+        p["over_baseline_by_round"] = [round(r["peak_mb"] / q["peak_mb"], 3) for r, q in zip(p["runs"], base["runs"],
+                                                                                             strict=True)]
+    return {"baseline": {"rows": base["rows"], "peak_mb": base["peak_mb"]},
+            "alerts": alerts, "rounds": rounds, "load_budget_s": load_budget_s, "sizes_asked": list(sizes),
+            "ceiling": ceiling, "points": points}
+
+
+# -- verdicts and report -------------------------------------------------------------------
+
+def targets(data: dict) -> list[dict]:
+    """8 event-queries >= 0.5x the rate of 1; time to first history flat within 1.5x
+    over the open-task points, every round; driver peak RSS at the largest archive
+    <= 1.5x the smallest's, every round."""
+    out = []
+    q = data["queries"]
+    pts = {p["queries"]: p for p in q["points"]}
+    base, eight = pts[1], pts.get(8)
+    if eight is not None:
+        x = eight["over_baseline"]
+        met = None if x is None else verdict([x], QUERIES_GOAL, exact=True)
+        faster = [p for p in q["points"] if p["queries"] > 1 and (p["rows_per_s"] or 0) > (base["rows_per_s"] or 0)]
+        if met and faster:  # more queries cannot do less work: the baseline ran slow (cold JVM, load), not strong
+            met, note = None, (f"the 1-query baseline is weak: {faster[0]['queries']} queries ran faster "
+                               f"({faster[0]['rows_per_s']:,.0f} rows/s)")
+        elif met and not base["saturated"]:  # the baseline's rate is a lower bound: the ratio an upper one
+            met, note = None, "the 1-query baseline was not saturated: its rate is a lower bound"
+        elif met is False and not eight["saturated"]:  # the 8-query rate is a lower bound, and so the ratio
+            met, note = None, "the 8-query point was not saturated: its rate is a lower bound"
+        elif x is None:
+            note = f"no rate: {base.get('error') or eight.get('error')}"
+        else:
+            note = "one run per point"
+        out.append(target("cost curve: sustained rate with 8 event-queries on one source vs 1 (full engine, JVM "
+                          "rate source)", f">= {QUERIES_GOAL}x", f"{x}x ({eight['rows_per_s']:,.0f} vs "
+                          f"{base['rows_per_s']:,.0f} rows/s)" if x is not None else "no rate", met, note))
+    o = data["open"]
+    flat = o["flatness_by_round"]
+    lo, hi = o["points"][0]["open"], o["points"][-1]["open"]
+    out.append(target(f"cost curve: time to first history, {lo} to {hi} open recall tasks (largest median over "
+                      "smallest, by round)", f"<= {FLAT_GOAL}x", ", ".join(f"{x:.2f}" for x in flat),
+                      verdict(flat, FLAT_GOAL, at_least=False)))
+    r = data["rss"]
+    top = r["points"][-1]
+    ratios = top["over_baseline_by_round"]
+    cap = r.get("ceiling")
+    out.append(target(f"cost curve: driver peak RSS, archive of {top['rows']:,} rows vs {r['points'][0]['rows']:,}",
+                      f"<= {RSS_GOAL}x", ", ".join(f"{x:.2f}" for x in ratios), verdict(ratios, RSS_GOAL, at_least=False),
+                      f"{cap['rows']:,} rows not built ({cap['limit']}): {top['rows']:,} is the largest measured"
+                      if cap else ""))
+    return out
+
+
+WORDS = {True: "met", False: "missed", None: "unresolved"}
+
+
+def markdown(data: dict) -> str:
+    q, o, r = data["queries"], data["open"], data["rss"]
+    lines = [f"## Cost curves (`bench/engine/cost_curves.py`{' --quick' if data['quick'] else ''})", "",
+             f"Load average at the start {data['load_avg']}."
+             + (f" Run with `{' '.join(data['options'])}`: smaller than the full run's defaults (the module doc)."
+                if data.get("options") else ""), "",
+             f"**Sustained rate against event-queries on one source.** The engine (archive, ANK-1 provenance, events "
+             f"archived) on Spark's JVM `rate-micro-batch` source, backlogged, {q['rows_per_batch']:,} rows per batch, "
+             f"trigger {q['trigger_s']:g} s, `local[2]`; N copies of the 5 s tumbling average per sid with a filter. "
+             f"Rate: rows of the {q['measured_batches']} batch(es) after {q['warm_batches']} warm-up batch(es), over "
+             "their wall span; the slowest query reading the source.", "",
+             "| event-queries | rows/s | vs 1 | least busy share | saturated | alerts |", "|---|---|---|---|---|---|"]
+    for p in q["points"]:
+        rate = f"{p['rows_per_s']:,.0f}" if p["rows_per_s"] else "-"
+        sat = "yes" if p["saturated"] else ("no (a lower bound)" if p["rows_per_s"] else f"failed: {p.get('error')}")
+        lines.append(f"| {p['queries']} | {rate} | {p['over_baseline']} | {p['min_busy']} | {sat} | {p['alerts']} |")
+    lines += ["", f"**Time to first history against open recall tasks.** No Spark; {o['archive_rows']:,} rows in "
+                  f"{o['chunks_per_task']} chunks of 10 min, one Recall over all of them (bounded, so tasks stay "
+                  f"runnable); {o['alerts_per_point']} fresh alerts per point, {o['rounds']} interleaved rounds; "
+                  "detection to first Recall output.", "",
+              "| open tasks | median s (of the rounds' medians) | vs first | by round: median s (min-max) |",
+              "|---|---|---|---|"]
+    for p in o["points"]:
+        by = "; ".join(f"{x['median_s']} ({x['min_s']}-{x['max_s']})" for x in p["by_round"])
+        lines.append(f"| {p['open']} | {p['median_s']} | {p['over_baseline']} | {by} |")
+    lines += ["", f"**Driver RSS against archive size.** One stream grown in place through the archive's bulk path "
+                  f"(binary COPY), then aged; at each size a fresh driver process opens the engine and runs "
+                  f"{r['alerts']} alerts whose Recall reads the whole archive ({r['rounds']} runs per size; no JVM "
+                  "in these runs).", "",
+              "| rows | archive GiB | chunks | loaded by then (s) | recall s | driver RSS after open MB | peak MB | "
+              "vs smallest, by run |", "|---|---|---|---|---|---|---|---|"]
+    for p in r["points"]:
+        x = p["runs"][0]
+        lines.append(f"| {p['rows']:,} | {p['archive_bytes'] / 2**30:.2f} | {x['chunks']} | {p['load_s_total']} | "
+                     f"{'/'.join(str(y['recall_s']) for y in p['runs'])} | {x['open_mb']} | "
+                     f"{'/'.join(str(y['peak_mb']) for y in p['runs'])} | "
+                     f"{', '.join(str(v) for v in p['over_baseline_by_round'])} |")
+    cap = r.get("ceiling")
+    if cap and cap["limit"] == "driver run failed":
+        lines += ["", f"Not measured: {cap['rows']:,} rows, its driver run failed ({cap['error']})."]
+    elif cap:
+        lines += ["", f"Not built: {cap['rows']:,} rows, which would exceed the {cap['limit']} "
+                      + (f"budget ({cap['projected_load_s']} s of loading projected, {cap['budget_s']:g} s allowed)."
+                         if cap["limit"] == "time" else
+                         f"left ({cap['projected_bytes'] / 2**30:.1f} GiB projected, "
+                         f"{cap['free_bytes'] / 2**30:.1f} GiB free).")]
+    lines.append("")
+    for t in data["targets"]:
+        lines.append(f"- {t['what']}: {t['measured']} ({t['target']}): **{WORDS[t['met']]}**"
+                     + (f" ({t['note']})." if t.get("note") else "."))
+    return "\n".join(lines)
+
+
+def render(data: dict) -> str:
+    """The BENCHMARKS.md section of a stored result."""
+    return markdown({**data, "targets": targets(data)})
+
+
+def figure(data: dict):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    q = [p for p in data["queries"]["points"] if p["rows_per_s"]]
+    ax[0].plot([p["queries"] for p in q], [p["rows_per_s"] / 1e3 for p in q], "o-")
+    if q:
+        ax[0].axhline(q[0]["rows_per_s"] * QUERIES_GOAL / 1e3, color="k", ls="--", lw=0.8, label="goal at 8: 0.5x of 1")
+    ax[0].set(xscale="log", xlabel="event-queries on one source", ylabel="thousand rows / s",
+              title="sustained rate")
+    ax[0].minorticks_off()
+    ax[0].set_xticks([p["queries"] for p in q], [str(p["queries"]) for p in q])
+    ax[0].set_ylim(bottom=0)
+    ax[0].legend(fontsize=7)
+    for i in range(data["open"]["rounds"]):
+        pts = data["open"]["points"]
+        ax[1].plot([p["open"] for p in pts], [p["by_round"][i]["median_s"] * 1000 for p in pts], "o-",
+                   label=f"round {i + 1}")
+    ax[1].set(xscale="log", xlabel="open recall tasks", ylabel="ms (median)", title="time to first history")
+    ax[1].set_ylim(bottom=0)
+    ax[1].legend(fontsize=7)
+    r = data["rss"]["points"]
+    ax[2].plot([p["rows"] for p in r], [p["peak_mb"] for p in r], "o-", label="peak")
+    ax[2].plot([p["rows"] for p in r], [p["runs"][0]["open_mb"] for p in r], "s:", label="after opening")
+    ax[2].set(xscale="log", xlabel="archived rows", ylabel="driver RSS MB", title="driver memory")
+    ax[2].set_ylim(0, 1.25 * max((p["peak_mb"] for p in r), default=1))
+    ax[2].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def default_rows_per_batch(trigger_s: float) -> int:
+    """Twice the last published provenance capacity of ``engine_jvm``, per trigger:
+    enough that one query's batches run back to back."""
+    prev = json.loads((RESULTS / "engine_jvm.json").read_text())
+    return int(2 * prev["capacity"]["provenance"]["sustained_rows_per_s"] * trigger_s)
+
+
+def counts(option: str, text: str | None) -> tuple[int, ...]:
+    """Positive counts separated by commas ('' or None: none given).
+
+    >>> counts("--sizes", "1000,10000"), counts("--sizes", None)
+    ((1000, 10000), ())
+    >>> counts("--open", "10,ten")
+    Traceback (most recent call last):
+    ...
+    SystemExit: cost_curves: --open takes positive counts separated by commas; 'ten' is not one
+    """
+    out = []
+    for x in (text or "").split(","):
+        if x.strip():
+            try:
+                out.append(int(x))
+            except ValueError:
+                out.append(0)
+            if out[-1] <= 0:
+                raise SystemExit(f"cost_curves: {option} takes positive counts separated by commas; {x.strip()!r} "
+                                 "is not one")
+    return tuple(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer, smaller points")
+    ap.add_argument("--curves", default=",".join(CURVES), help=f"which curves, of {','.join(CURVES)}")
+    ap.add_argument("--rows-per-batch", type=int, default=None, help="curve 1's source rows per batch")
+    ap.add_argument("--alerts", type=int, default=None, help="curve 2's fresh alerts per point (default 10; quick 5)")
+    ap.add_argument("--rounds", type=int, default=None, help="curve 2's interleaved rounds (default 3; quick 2)")
+    ap.add_argument("--queries", default=None, help="curve 1's event-query counts, comma-separated, 1 first")
+    ap.add_argument("--open", default=None, help="curve 2's open-task counts, comma-separated")
+    ap.add_argument("--sizes", default=None, help="curve 3's archive sizes in rows, comma-separated")
+    ap.add_argument("--load-budget", type=float, default=None,
+                    help="curve 3's seconds of archive loading allowed (default 900; quick 120)")
+    ap.add_argument("--rss-alerts", type=int, default=8, help="curve 3's alerts per driver run")
+    ap.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.rss_child is not None:
+        print(json.dumps(rss_child(**json.loads(args.rss_child))), flush=True)
+        return 0
+    curves = [c.strip() for c in args.curves.split(",") if c.strip()]
+    bad = [c for c in curves if c not in CURVES]
+    if bad:
+        raise SystemExit(f"cost_curves: no curve named {bad[0]!r}; there are: {', '.join(CURVES)}")
+    quick = args.quick
+    sizes = counts("--sizes", args.sizes) or (QUICK_SIZES if quick else SIZES)
+    queries = counts("--queries", args.queries) or (QUICK_QUERIES if quick else QUERIES)
+    opened = counts("--open", args.open) or (QUICK_OPEN if quick else OPEN)
+    if queries[0] != 1:
+        raise SystemExit(f"cost_curves: --queries starts with the baseline, 1, not {queries[0]}")
+    own = [x for x in (sys.argv[1:] if argv is None else argv) if x != "--quick"]
+    data: dict = {"quick": quick, "options": own, "load_avg": [round(x, 2) for x in psutil.getloadavg()]}
+    with tempfile.TemporaryDirectory(prefix="moirae-curves-") as d:
+        b = Bench(Path(d))
+        try:
+            if "rss" in curves:
+                data["rss"] = rss_curve(b, sizes, args.rss_alerts, rounds=2,
+                                        load_budget_s=args.load_budget or (120.0 if quick else 900.0))
+            if "open" in curves:
+                data["open"] = open_curve(b, opened, args.alerts or (5 if quick else 10),
+                                          args.rounds or (2 if quick else 3), chunks=200 if quick else 600)
+            if "queries" in curves:
+                from moirae.runtime.spark import spark_session
+
+                spark_session(extra={"spark.python.authenticate.socketTimeout": "120s"})
+                trigger = QUICK_TRIGGER_S if quick else TRIGGER_S
+                data["queries"] = queries_curve(b, queries, args.rows_per_batch or default_rows_per_batch(trigger),
+                                                warm_batches=1, batches=1 if quick else 3, trigger_s=trigger)
+        finally:
+            b.drop_schemas()
+    if set(curves) != set(CURVES):
+        print(json.dumps(data, indent=1, default=str))
+        return 0
+    data["targets"] = targets(data)
+    fig = None
+    try:
+        fig = figure(data)
+    except Exception as exc:  # the figure is optional; the figures are in the JSON
+        print(f"no figure: {exc}")
+    publish("cost_curves_quick" if quick else "cost_curves", data, markdown(data), fig, targets=data["targets"])
+    for t in data["targets"]:
+        print(f"{t['what']}: {t['measured']} ({t['target']}): {WORDS[t['met']]}", flush=True)
+    return exit_code(data["targets"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""The cost-curves benchmark (bench/engine/cost_curves.py): its measuring parts on a real
+PostgreSQL at a tiny size, its docstring examples, and its verdicts."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+
+import bench.engine.cost_curves as cc
+from archive.pg import ENV_DSN
+from bench.engine.engine_e2e import Bench
+
+
+def test_docstring_examples_run():
+    result = doctest.testmod(cc)
+    assert result.attempted >= 3 and result.failed == 0
+
+
+@pytest.fixture
+def bench(pg, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_DSN, pg.dsn)  # the test's server, not the benchmarks' embedded one
+    b = Bench(tmp_path)
+    yield b
+    b.drop_schemas()
+
+
+def test_fresh_alert_is_timed_while_n_tasks_stay_open(bench):
+    ot = cc.OpenTasks(bench, chunks=200, keys=3)
+    try:
+        assert ot.rows == 200 * 60 * 3
+        p = ot.point(4, alerts=3, gap_s=0.0)
+        assert len(p["samples"]) == 3
+        assert p["open_at_alert_min"] >= 4  # topped up to N before each fresh alert
+        assert all(0 < s["ttfh_s"] < 30 for s in p["samples"])
+        assert p["min_s"] <= p["median_s"] <= p["max_s"]
+        assert ot.open_count() == 0  # the point cancels what it opened
+    finally:
+        ot.close()
+
+
+def test_archive_grows_in_place_and_a_driver_run_reads_all_of_it(bench):
+    from archive.streams import StreamSpec
+
+    e = bench.engine("rss", archive={"chunk_span": "10s", "chunk_target_rows": 0})  # 10,000 rows a chunk
+    schema = bench.schemas[-1]
+    try:
+        e.archiver.register_stream(StreamSpec.build("metrics", "ts", {"sid": "bigint", "bw": "double"},
+                                                    indexes=[("sid",)]))
+        cc.grow_archive(e.archiver, 0, 30_000, batch=10_000)
+        cc.grow_archive(e.archiver, 30_000, 50_000, batch=10_000)
+        chunks = e.archiver.chunks("metrics")
+        assert len(chunks) == 5
+        assert sum(c.rows for c in chunks) == 50_000
+        assert cc.schema_bytes(bench.dsn, schema) > 50_000 * 16  # three 8-byte columns a row, at least
+    finally:
+        e.close()
+    run = cc.run_rss_child(bench, schema, 50_000, alerts=3, timeout=120)
+    assert run["chunks"] == len(chunks)
+    assert run["chunks_read"] == 3 * len(chunks)  # every alert's Recall read the whole archive
+    assert run["history_rows"] >= 3  # one row (its sid's) per alert, at least
+    assert 0 < run["open_mb"] <= run["peak_mb"]
+
+
+def _data(rates, flat, rss):
+    return {"queries": {"points": [{"queries": n, "rows_per_s": r, "over_baseline": round(r / rates[0][1], 3),
+                                    "saturated": s} for (n, r), s in zip(rates, (True, True), strict=True)]},
+            "open": {"flatness_by_round": flat, "points": [{"open": 10}, {"open": 1000}]},
+            "rss": {"ceiling": None, "points": [{"rows": 10**6, "over_baseline_by_round": [1.0, 1.0]},
+                                                {"rows": 10**8, "over_baseline_by_round": rss}]}}
+
+
+def test_targets_judge_each_curve_against_its_goal():
+    met = cc.targets(_data([(1, 100_000), (8, 60_000)], [1.2, 1.4], [1.1, 1.05]))
+    assert [t["met"] for t in met] == [True, True, True]
+    missed = cc.targets(_data([(1, 100_000), (8, 40_000)], [1.6, 2.0], [2.0, 1.9]))
+    assert [t["met"] for t in missed] == [False, False, False]
+    straddling = cc.targets(_data([(1, 100_000), (8, 60_000)], [1.4, 1.6], [1.4, 1.6]))
+    assert [t["met"] for t in straddling][1:] == [None, None]
+
+
+def test_a_bad_curve_name_is_refused_naming_it():
+    with pytest.raises(SystemExit, match="no curve named 'rs'"):
+        cc.main(["--curves", "rss,rs"])
+
+
+def test_rate_point_measures_every_query_reading_the_source(bench, spark):
+    p = cc.rate_point(bench, 2, rows_per_batch=4_000, ts_rate=2_000, warm_batches=1, batches=2, timeout_s=300)
+    assert p["queries"] == 2
+    assert len(p["per_query"]) == 2  # both event-queries read metrics (one of them also archives it)
+    assert all(x["batches"] >= 2 and x["rows"] == 4_000 * x["batches"] for x in p["per_query"].values())
+    assert p["rows_per_s"] == min(x["rows_per_s"] for x in p["per_query"].values())
+
+
+def test_section_and_plot_render_every_point_and_the_ceiling(tmp_path):
+    run = {"chunks": 4, "open_mb": 90.0, "peak_mb": 120.0, "recall_s": 1.5}
+    data = {"quick": True, "load_avg": [1.0, 1.0, 1.0],
+            "queries": {"rows_per_batch": 1000, "trigger_s": 1.0, "warm_batches": 1, "measured_batches": 2,
+                        "points": [{"queries": n, "rows_per_s": 1000.0 / n, "over_baseline": round(1 / n, 3),
+                                    "min_busy": 0.95, "saturated": True, "alerts": 3} for n in (1, 2, 8)]},
+            "open": {"archive_rows": 600, "chunks_per_task": 10, "alerts_per_point": 2, "rounds": 2,
+                     "flatness_by_round": [1.1, 1.2],
+                     "points": [{"open": n, "median_s": 0.01, "over_baseline": 1.0,
+                                 "by_round": [{"median_s": 0.01, "min_s": 0.01, "max_s": 0.02}] * 2}
+                                for n in (10, 100, 1000)]},
+            "rss": {"alerts": 8, "rounds": 2, "ceiling": {"rows": 10**8, "limit": "disk", "projected_bytes": 2**34,
+                                                          "free_bytes": 2**33},
+                    "points": [{"rows": r, "archive_bytes": r * 60, "load_s_total": 1.0, "peak_mb": 120.0,
+                                "runs": [run, run], "over_baseline_by_round": [1.0, 1.0]} for r in (10**6, 10**7)]}}
+    text = cc.render(data)
+    assert text.count("| 1 |") + text.count("| 2 |") + text.count("| 8 |") == 3
+    for n in ("| 10 |", "| 100 |", "| 1000 |", "| 1,000,000 |", "| 10,000,000 |"):
+        assert n in text
+    assert "Not built: 100,000,000 rows, which would exceed the disk left" in text
+    assert "100,000,000 rows not built (disk)" in text  # the RSS target's note names the ceiling
+    cc.figure(data).savefig(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def test_rss_curve_stops_at_a_size_past_its_load_budget_and_records_the_ceiling(bench):
+    r = cc.rss_curve(bench, (20_000, 40_000, 10**10), alerts=2, rounds=2, load_budget_s=300)
+    assert [p["rows"] for p in r["points"]] == [20_000, 40_000]
+    assert r["ceiling"]["rows"] == 10**10 and r["ceiling"]["limit"] == "time"
+    assert r["ceiling"]["projected_load_s"] > 300
+    assert r["baseline"] == {"rows": 20_000, "peak_mb": r["points"][0]["peak_mb"]}
+    assert r["points"][0]["over_baseline_by_round"] == [1.0, 1.0]
+    assert all(run["chunks_read"] == 2 * run["chunks"] for p in r["points"] for run in p["runs"])
+
+
+def test_a_baseline_slower_than_more_queries_leaves_the_rate_target_unresolved():
+    data = _data([(1, 100_000), (8, 60_000)], [1.2], [1.1])
+    data["queries"]["points"].insert(1, {"queries": 2, "rows_per_s": 150_000, "over_baseline": 1.5, "saturated": True})
+    t = cc.targets(data)[0]
+    assert t["met"] is None and "2 queries ran faster" in t["note"]
