@@ -10,12 +10,11 @@ from __future__ import annotations
 from datetime import timedelta
 from urllib.parse import quote
 
-import pandas as pd
 import pytest
 
 import tests.moirae.scenario_small as sc
-from tests import engine_factory
 from tests.browser.browser_helpers import SHOTS, click, count, text, texts, wait
+from tests.retract import overload_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.postgres]
 REASON = "s0's sensor was stuck (browser test)"
@@ -32,24 +31,10 @@ def test_provenance_click_lists_every_alert_fed_and_a_retracted_alert_says_why(s
         pytest.skip("one backend is enough for the browser retraction test (slow)")
     from moirae.api import serve
 
-    folder = tmp_path / "in"
-    folder.mkdir()
-    engine = engine_factory.make_engine(
-        pg, tmp_path / "data", monkeypatch, spark={"trigger": "300ms"},
-        archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4})
+    engine, folder = overload_live.start(spark, pg, tmp_path, monkeypatch)
     server = None
     try:
-        df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
-        engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
-        engine.archiver.append("metrics", 0, sc.history(360), bulk=True)
-        engine.event_query("overload", sc.overload, inputs=["metrics"])
-        engine.start()
-        parts = sc.live()
-        for i, part in enumerate(parts):
-            part.assign(ts=part["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(folder / f"p{i}.csv", index=False,
-                                                                                 header=False)
-        eids = sorted(sc.expected_events(pd.concat(parts)))
-        sc.wait(lambda: {e.eid for e in engine.events.list(limit=100)} >= set(eids), what="live overloads")
+        parts, eids = overload_live.feed(engine, folder)
         sc.wait(lambda: all(engine.alert_support(e)["available"] for e in eids), what="the alerts' provenance")
         iid = engine.incidents.incident_of(eids)[eids[0]]
         server = serve(engine, host="127.0.0.1", port=0)

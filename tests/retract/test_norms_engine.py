@@ -13,7 +13,7 @@ import pytest
 import tests.moirae.scenario_small as sc
 from recall.api import OutputKind
 from recall.revision_ops import apply_revision
-from tests import engine_factory
+from tests.retract import overload_live
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -43,27 +43,10 @@ def _check(row: dict, want: dict) -> None:
 def test_retracted_history_rows_revise_the_norms_of_alerts_they_never_fed(spark, pg, tmp_path, monkeypatch):
     if not pg.dsn.startswith("host=127.0.0.1"):
         pytest.skip("one backend is enough for the end-to-end norm test (slow)")
-    folder = tmp_path / "in"
-    folder.mkdir()
-    engine = engine_factory.make_engine(
-        pg, tmp_path / "data", monkeypatch, spark={"trigger": "300ms"},
-        archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4}, recall={"feedback_period": 100})
+    history = sc.history(360)
+    engine, folder = overload_live.start(spark, pg, tmp_path, monkeypatch, RECALL_SQL, history)
     try:
-        df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
-        engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
-        history = sc.history(360)
-        engine.archiver.append("metrics", 0, history, bulk=True)
-        engine.event_query("overload", sc.overload, inputs=["metrics"])
-        engine.recall("overload", RECALL_SQL, name="norm", period=timedelta(days=1), time_column="h.ts",
-                      extrapolate=False)
-        engine.start()
-        parts = sc.live()
-        for i, part in enumerate(parts):
-            part.assign(ts=part["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(folder / f"p{i}.csv", index=False,
-                                                                                 header=False)
-        want = sc.expected_events(pd.concat(parts))
-        sc.wait(lambda: {e.eid for e in engine.events.list(limit=100)} >= want, what="live overloads")
-        eids = sorted(want)
+        parts, eids = overload_live.feed(engine, folder)
         # every norm complete: its task done (no later output races the revision)
         sc.wait(lambda: not set(eids) & set(engine.deploy.manager.open_events()) and all(_norm(engine, e)
                                                                                          for e in eids),

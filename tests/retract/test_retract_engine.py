@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pandas as pd
 import pytest
 from fastapi.testclient import TestClient
 
 import tests.moirae.scenario_small as sc
 from moirae.api.app import create_app
 from recall.revision_ops import apply_revision
-from tests import engine_factory
+from tests.retract import overload_live
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -34,26 +33,9 @@ def _current(engine, eid: str) -> dict:
 def test_retract_a_live_overload_and_undo(spark, pg, tmp_path, monkeypatch):
     if not pg.dsn.startswith("host=127.0.0.1"):
         pytest.skip("one backend is enough for the end-to-end retraction test (slow)")
-    folder = tmp_path / "in"
-    folder.mkdir()
-    engine = engine_factory.make_engine(
-        pg, tmp_path / "data", monkeypatch, spark={"trigger": "300ms"},
-        archive={"chunk_span": "30m", "chunk_target_rows": 0, "recent_chunks": 4}, recall={"feedback_period": 100})
+    engine, folder = overload_live.start(spark, pg, tmp_path, monkeypatch, RECALL_SQL)
     try:
-        df = spark.readStream.schema(sc.SCHEMA).option("maxFilesPerTrigger", 1).csv(str(folder))
-        engine.source("metrics", df, ts="ts", lateness="30 seconds", indexes=[("sid",)])
-        engine.archiver.append("metrics", 0, sc.history(360), bulk=True)
-        engine.event_query("overload", sc.overload, inputs=["metrics"])
-        engine.recall("overload", RECALL_SQL, name="norm", period=timedelta(days=1), time_column="h.ts",
-                      extrapolate=False)
-        engine.start()
-        parts = sc.live()
-        for i, part in enumerate(parts):
-            part.assign(ts=part["ts"].dt.strftime("%Y-%m-%dT%H:%M:%SZ")).to_csv(folder / f"p{i}.csv", index=False,
-                                                                                 header=False)
-        want = sc.expected_events(pd.concat(parts))
-        sc.wait(lambda: {e.eid for e in engine.events.list(limit=100)} >= want, what="live overloads")
-        eids = sorted(want)
+        parts, eids = overload_live.feed(engine, folder)
         sc.wait(lambda: all(_current(engine, e) for e in eids), what="every overload's first norm")
         engine.cancel_many(eids)  # no later refinement races the revisions checked below
         engine.results.flush()
