@@ -15,6 +15,8 @@
 - **Enough examples.** Under ``CI=true`` a Hypothesis property over Spark or PostgreSQL
   (its fixture closure holds ``spark`` or ``pg_dsn``) runs at least
   :data:`CI_MIN_EXAMPLES` examples, unless listed in :data:`CI_EXAMPLES_EXEMPT`.
+- **Longest first.** Modules holding a ``slow`` test run first, then those starting
+  Spark, then the rest (each module's tests together, in their order).
 - **Two passes.** A test under a path of :data:`ALONE` is marked ``alone``: it acts on
   what concurrent tests share. ``MOIRAE_TEST_PART`` (set by :mod:`tests.run`, which
   ``make test`` calls) keeps one part of the selection: ``shared`` the others (run on
@@ -69,6 +71,8 @@ CI_EXAMPLES_EXEMPT = {
         "one streaming query run, failed and replayed per example",
     "tests/archive/test_exec_sink.py::test_replay_after_an_executor_failed_midway_archives_each_row_once":
         "one streaming query run, failed on an executor and replayed per example",
+    "tests/ananke/test_ankn_props.py::test_ankn_delivers_ank1s_graph_over_random_streams":
+        "three streaming queries (ANK-1's two sinks, ANK-N's one) run to their end per example",
 }
 
 _FORBIDDEN_EXES = {"java", "spark-submit", "spark-class", "postgres", "pg_ctl", "initdb"}
@@ -88,6 +92,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(mark)
         if CI and names & {"spark", "pg_dsn"}:
             _at_least_ci_examples(item)
+    _longest_first(items)
     if PART in ("shared", "alone"):
         wanted = PART == "alone"
         keep = [item for item in items if (item.get_closest_marker("alone") is not None) == wanted]
@@ -95,6 +100,20 @@ def pytest_collection_modifyitems(config, items):
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = keep
+
+
+def _longest_first(items) -> None:
+    """Order the modules by their likely length, keeping each module's tests together and
+    in order: those holding a ``slow`` test, then those starting Spark, then the rest. The
+    workers take modules in this order (``--dist loadfile``), so the long ones start
+    first and the last minutes are not one worker finishing a long module alone."""
+    rank: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        r = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("spark") else 2
+        rank[path] = min(rank.get(path, 2), r)
+    first = {path: i for i, path in reversed(list(enumerate(item.nodeid.split("::", 1)[0] for item in items)))}
+    items.sort(key=lambda item: (rank[p := item.nodeid.split("::", 1)[0]], first[p]))
 
 
 def _at_least_ci_examples(item) -> None:
