@@ -1,4 +1,4 @@
-"""Configuration honesty (issue 12 §5): every key documented in ``config/moirae.yaml`` has
+"""Configuration honesty: every key documented in ``config/moirae.yaml`` has
 an effect, and a test shows it.
 
 Each documented key has an entry in :data:`EFFECTS`, which is checked two ways:

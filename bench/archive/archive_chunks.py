@@ -284,7 +284,7 @@ def intervals(quick: bool, events: int, rate: float, days: int | None, targets_r
 
 
 def targets(data: dict) -> list[dict]:
-    """Issue 12 §1: >= 20,000 chunks with Recall TTFR <= 1.3x a 200-chunk archive's."""
+    """>= 20,000 chunks with Recall TTFR <= 1.3x a 200-chunk archive's."""
     big = data["chunks"]["large"]
     q = data["queried_stream_chunks"]["large"]
     return [target(f"recall time to first result, archive of {big:,} chunks ({q:,} in the queried stream) "

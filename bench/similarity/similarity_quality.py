@@ -537,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def targets(data: dict) -> list[dict]:
-    """Issue 10: precision@5 of same root cause at least the best baseline overall, and
+    """Precision@5 of same root cause at least the best baseline overall, and
     >= 0.7 on rare causes (judged on the engine's default IDF; the other is reported beside it);
     novelty on planted never-seen causes: recall >= 0.9 at <= 0.1 false novel labels."""
     s = data["summary"]

@@ -1,5 +1,5 @@
-"""Fuzzing the whole HTTP API from its published OpenAPI schema with schemathesis
-(issue 13 §4): for every operation in the schema (new routes are covered the moment
+"""Fuzzing the whole HTTP API from its published OpenAPI schema with schemathesis:
+for every operation in the schema (new routes are covered the moment
 they appear in it), generated requests, valid and invalid, never get a 500, and every
 response matches the status codes, content type and schema the OpenAPI document
 declares. The API runs over a real engine (real PostgreSQL, the real Recall Manager)

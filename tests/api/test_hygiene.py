@@ -1,4 +1,4 @@
-"""API hygiene (issue 13 §4): text PostgreSQL cannot hold is a 422 that says where,
+"""API hygiene: text PostgreSQL cannot hold is a 422 that says where,
 never a 500; a server failure is a 500 with an error id whose traceback is in the log
 file and never on the terminal (the alert output of ``moirae run``)."""
 

@@ -133,7 +133,7 @@ UNSTORABLE = ["a\x00b", "\x00", "x\ud800", "\udfff"]
 
 
 def test_text_postgresql_cannot_hold_is_dead_lettered_with_the_reason(archiver):
-    """NUL and unpaired surrogates (issue 12 §3): dead letters naming column, value and
+    """NUL and unpaired surrogates: dead letters naming column, value and
     why; the rest of the batch and the next batch archive normally, with the ids the
     reference hash gives them."""
     batch = rows(6)

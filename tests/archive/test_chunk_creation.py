@@ -1,5 +1,5 @@
 """Creating chunks never takes more than a bounded number of locks in one transaction
-(issue 12: a year of hourly chunks created in one transaction ran PostgreSQL out of
+(a year of hourly chunks created in one transaction ran PostgreSQL out of
 shared memory for locks). A batch too wide for one transaction is written in pieces:
 tests/archive/test_batch_pieces.py."""
 

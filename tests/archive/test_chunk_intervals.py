@@ -1,4 +1,4 @@
-"""Chunk intervals per stream (issue 12 §1; archive.chunks): chosen from the rate of the
+"""Chunk intervals per stream (archive.chunks): chosen from the rate of the
 first batch or configured, fixed once recorded, and history-queries over streams of
 different intervals read every row exactly once."""
 
@@ -121,7 +121,7 @@ def test_the_status_table_aligns_long_stream_names():
 
 @pytest.mark.slow
 def test_five_years_at_one_row_a_second_for_ten_keys_archive_without_error(pg):
-    """Issue 12: 5 years x 10 keys x 1 row/s is 1.6 billion rows, which this machine
+    """5 years x 10 keys x 1 row/s is 1.6 billion rows, which this machine
     cannot write in a test. What runs, with the engine's default settings
     (``config/moirae.yaml``'s ``archive.chunk_target_rows``): the rate estimate from one
     real-rate hour (36,000 rows), then rows *sampled* across the whole 5-year span (one

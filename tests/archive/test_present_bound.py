@@ -1,6 +1,6 @@
 """The present tier's in-memory mirror stays within ``present_cache_rows``: a chunk's copy
-that would grow past it is dropped and read from PostgreSQL from then on (issue 11 §1:
-the present tier stays bounded in a long run)."""
+that would grow past it is dropped and read from PostgreSQL from then on (the
+present tier stays bounded in a long run)."""
 
 from __future__ import annotations
 

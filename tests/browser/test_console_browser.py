@@ -1,4 +1,4 @@
-"""The on-call console in a real browser (issue 13), on a real engine running the
+"""The on-call console in a real browser, on a real engine running the
 (small) cluster scenario live: incidents appear live in time order; an incident view
 shows the chart, the norm band and the similar past incidents sorted, with their
 resolutions; Acknowledge, Resolve (its note then shows as the resolution in a later

@@ -1,4 +1,4 @@
-"""A hostile page in the operator's browser (issue 44 §5): a page on another origin,
+"""A hostile page in the operator's browser: a page on another origin,
 even on the same host (so the console's session cookie goes along), can neither cancel
 nor acknowledge: its requests are refused. The console itself, in the same browser,
 still can (its session and CSRF token)."""

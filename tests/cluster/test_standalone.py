@@ -1,4 +1,4 @@
-"""The engine, unchanged, on a Spark standalone cluster (issue 11 §5): one master and two
+"""The engine, unchanged, on a Spark standalone cluster: one master and two
 workers started from the pyspark package (:mod:`moirae.runtime.standalone`). The cluster
 scenario (archive, overload alerts with contexts, the norm Recall, Similarity Recall)
 runs on the cluster and on ``local[2]`` over the same bounded input until it has

@@ -1,4 +1,4 @@
-"""Cancel storm (issue 12 §6): 1,000 events with open recall tasks (two of them running a
+"""Cancel storm: 1,000 events with open recall tasks (two of them running a
 slow history-query), all cancelled at once through ``Engine.cancel_many`` (goal: within
 1 s, a target of ``bench.engine.faults``), then 1,000 more cancelled one by one through
 ``Engine.cancel`` (the per-event path, recorded for comparison).

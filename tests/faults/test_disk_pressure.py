@@ -1,4 +1,4 @@
-"""Disk pressure (issue 12 §6): the engine's data directory on a small tmpfs that fills.
+"""Disk pressure: the engine's data directory on a small tmpfs that fills.
 
 What goes on the tmpfs: the whole data directory of the engine (a child process, as
 ``moirae run`` would be): the Spark checkpoints of its live queries (offsets, commits,

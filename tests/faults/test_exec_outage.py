@@ -1,4 +1,4 @@
-"""PostgreSQL unreachable while an executor writes its partition (issue 11/12: the
+"""PostgreSQL unreachable while an executor writes its partition (the
 executor-side COPY path, ``archive/exec_sink.py``). The executor retries with backoff
 until the server is back and writes each row once; a retry after a commit that did
 reach the server is a duplicate, not a second copy; past ``retry_seconds`` it fails

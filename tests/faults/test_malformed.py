@@ -1,4 +1,4 @@
-"""Malformed rows at 1 % of a live stream (issue 12 §6): micro-batches arrive through the
+"""Malformed rows at 1 % of a live stream: micro-batches arrive through the
 archive sink's write path (Arrow batches with their batch ids); 1 % of the rows are
 malformed: a value of the wrong type, a NaN or missing event time, a NUL character, an
 oversized string. Every malformed row is dead-lettered with a reason naming its column,

@@ -1,4 +1,4 @@
-"""A network blackhole to an external PostgreSQL mid-stream (issue 44 §5 "Timeouts").
+"""A network blackhole to an external PostgreSQL mid-stream.
 
 The archive writes to the server at 127.0.0.1:5432 through a TCP proxy on loopback that
 this test controls. Mid-COPY of a micro-batch the proxy goes silent: it forwards nothing

@@ -1,4 +1,4 @@
-"""PostgreSQL restart mid-stream (issue 12 §6): the engine's private embedded server is
+"""PostgreSQL restart mid-stream: the engine's private embedded server is
 stopped and started while micro-batches are being archived (the sink's write path:
 Arrow batches appended with their batch ids), recall tasks are running history-queries
 and events are logged. The engine retries with backoff, reports the outage in

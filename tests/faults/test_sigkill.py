@@ -1,4 +1,4 @@
-"""SIGKILL of the engine at 3 random points (issue 12 §6), building on the single-kill test
+"""SIGKILL of the engine at 3 random points, building on the single-kill test
 ``tests/moirae/test_crash_recovery.py`` through the shared ``kill_restart`` helper and its
 child ``engine_child.py``: the live run is killed 3 times, each a seeded random delay after
 the engine reported an event with an open recall (its history-query is slowed so tasks

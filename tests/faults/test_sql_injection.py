@@ -1,4 +1,4 @@
-"""SQL injection (issue 12 §6): hostile text through event attributes, history-query
+"""SQL injection: hostile text through event attributes, history-query
 templates, API parameters and stream names has 0 effects. The database is fingerprinted
 before and after (every table of the schema and its rows, hashed; the tables of every
 schema), and no session the engine holds carries a setting an attempt tried to make."""

@@ -1,4 +1,4 @@
-"""The supervisor on real failed Spark queries (issue 12 §6, disk pressure): a query
+"""The supervisor on real failed Spark queries (disk pressure): a query
 stopped by ENOSPC is paused and restarted only once the data directory has room; any
 other failure is reported with its own error line and never restarted."""
 

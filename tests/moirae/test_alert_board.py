@@ -1,4 +1,4 @@
-"""The terminal printout of ``moirae run`` (issue 10 §5, 13 §3): one block per incident
+"""The terminal printout of ``moirae run``: one block per incident
 with the current top-k similar incidents sorted by score, revisions applied, novelty and
 the norm with its coverage."""
 

@@ -1,4 +1,4 @@
-"""``ananke.variant: ankn`` runs ANK-N (A 5.2) in the live engine (issue 12 §5): the
+"""``ananke.variant: ankn`` runs ANK-N (A 5.2) in the live engine: the
 provenance graph of a live event-query is written by ANK-N's own streaming query of
 Spark operators, not by ANK-1, and it holds the same edges: each live event's source
 tuples, each once, pointing at archived rows."""

@@ -192,7 +192,7 @@ def count_rows(pg, sql):
 
 
 def test_a_replayed_year_gets_its_chunk_interval_from_the_files_rate(pg, tmp_path, monkeypatch):
-    """Issue 12: a replayed year was 8,760 hourly chunks; with archive.chunk_target_rows
+    """A replayed year was 8,760 hourly chunks; with archive.chunk_target_rows
     the whole file's rate picks the interval (20 rows a day, 1,000 rows: 50 days, rounded
     down to 28 days), so the year is 13 or 14 chunks, none left present."""
     monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)

@@ -1,4 +1,4 @@
-"""What configuration keys do, through the configuration (issue 12 §5; the index of
+"""What configuration keys do, through the configuration (the index of
 every key's test is tests/test_config_keys.py): Spark settings reach the session and
 the streaming queries, the maintenance interval paces the maintenance job, numeric
 similarity settings reach Similarity Recall, and the Ananke keys choose the provenance

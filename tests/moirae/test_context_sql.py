@@ -1,4 +1,4 @@
-"""SQL context-queries (M 3.3; issue 11 §2 "contexts from one SQL query").
+"""SQL context-queries (M 3.3).
 
 Real Spark (file sources) and PostgreSQL. A SQL context-query must give each event the
 same context as the Spark function of the same query, live (including a context input

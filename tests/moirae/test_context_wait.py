@@ -1,5 +1,5 @@
 """Contexts see every context input up to the event's time, even when that input lags
-the event's own input (issue 11 §3); a wait that times out is counted, never ignored.
+the event's own input; a wait that times out is counted, never ignored.
 
 Real Spark (file sources) and PostgreSQL. The ``users`` file for the event's window is
 written only once the engine is seen waiting for it, so without the wait the context

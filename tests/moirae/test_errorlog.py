@@ -1,4 +1,4 @@
-"""Failures go to log files, the terminal gets one line each (issue 12 §4, 13 §4)."""
+"""Failures go to log files, the terminal gets one line each."""
 
 from __future__ import annotations
 

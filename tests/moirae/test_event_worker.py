@@ -1,4 +1,4 @@
-"""The event worker takes its backlog at once (issue 11 §3: a backlog must not add one
+"""The event worker takes its backlog at once (a backlog must not add one
 batch's fixed cost per batch to the alert latency)."""
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def test_rematerialize_twice_and_resume(spark, pg, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("interval", [timedelta(hours=2), timedelta(minutes=5)], ids=["coarser-input", "finer-input"])
 def test_rematerialize_with_the_input_on_its_own_chunk_interval(spark, pg, tmp_path, monkeypatch, interval):
-    """Issue 12: streams keep their own chunk intervals. The raw input on 2-hour (or
+    """Streams keep their own chunk intervals. The raw input on 2-hour (or
     5-minute) chunks, the event stream on 30-minute ones: materialization works per unit
     of the coarsest grid, each event lands in its own stream's chunk, an interrupted run
     resumes, and a re-run replaces without duplicating."""

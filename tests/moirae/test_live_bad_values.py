@@ -1,4 +1,4 @@
-"""Bad values in a live stream (issue 12 §3): source rows and events carrying text
+"""Bad values in a live stream: source rows and events carrying text
 PostgreSQL cannot hold (a NUL) are dead letters with the reason; the stream goes on,
 the other events are detected, and the event log stores contexts safely."""
 

@@ -1,4 +1,4 @@
-"""Materialization indexes what it writes (issue 10 §1; M 4.2 "Moirae can optionally
+"""Materialization indexes what it writes (M 4.2 "Moirae can optionally
 index the resulting materialized views"): after ``rematerialize`` rewrites an event
 type's events and contexts, the Deploy Manager's background builder persists every
 rewritten chunk's similarity index, with no event asking, and the first event's search
