@@ -465,12 +465,17 @@ def python_workers() -> int:
 
 
 #: threads that come and go with Spark's own work, not owned by any monitor: py4j's
-#: callback server answers each JVM call on a thread of its own (by the module that runs it)
-TRANSIENT_THREADS = ("py4j", "pyspark", "socketserver")
+#: callback server answers each JVM call on a thread of its own (by the module that runs it);
+#: a thread Python did not start (a native library's) is listed once it calls into Python,
+#: and stays listed after it ends, so it is no monitor's either ("foreign")
+TRANSIENT_THREADS = ("py4j", "pyspark", "socketserver", "foreign")
 
 
 def _owner(t: threading.Thread) -> str:
-    """The module whose code a thread runs (its class's, else its target's)."""
+    """The module whose code a thread runs (its class's, else its target's); ``foreign``
+    for a thread Python did not start."""
+    if isinstance(t, threading._DummyThread):
+        return "foreign"
     mod = type(t).__module__
     if mod == "threading":
         target = getattr(t, "_target", None)
