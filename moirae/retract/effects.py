@@ -160,7 +160,7 @@ class Effects:
 
     # -- 3. recall results ------------------------------------------------------------
 
-    def _current(self, eids: list[str]) -> dict[tuple[str, str], tuple[datetime, int, dict[str, Any]]]:
+    def current(self, eids: list[str]) -> dict[tuple[str, str], tuple[datetime, int, dict[str, Any]]]:
         """Per (operator, eid): the event time, the newest seq and the current rows (key -> row)."""
         if self.results is None or not eids:
             return {}
@@ -182,7 +182,7 @@ class Effects:
                         "AND NOT (eid = ANY(%s))", (eids, eids))
             return [r[0] for r in cur.fetchall()]
 
-    def _emit(self, outs: list[Output]) -> None:
+    def emit(self, outs: list[Output]) -> None:
         for o in outs:
             self.results.append(o)
             if self.publish is not None:
@@ -198,7 +198,7 @@ class Effects:
         own = list(alerts)
         others = self._naming(own)
         kept, outs = [], []
-        for (op, eid), (ts, seq, rows) in sorted(self._current(own + others).items()):
+        for (op, eid), (ts, seq, rows) in sorted(self.current(own + others).items()):
             for key, row in sorted(rows.items()):
                 if eid in alerts:
                     cause = eid
@@ -210,21 +210,21 @@ class Effects:
                 outs.append(Output(op, eid, ts, OutputKind.DELETE, seq, key, dict(row), None))
                 kept.append((op, eid, key, ts, dict(row), cause))
         self.store.keep_revisions(rid, kept)
-        self._emit(outs)
+        self.emit(outs)
         return len(outs)
 
     def _revise_in(self, rid: int, alerts: Mapping[str, str]) -> int:
         if self.results is None:
             return 0
         back = self.store.take_revisions(rid, list(alerts))
-        current = self._current(sorted({eid for _, eid, _, _, _ in back}))
+        current = self.current(sorted({eid for _, eid, _, _, _ in back}))
         outs = []
         for op, eid, key, ts, row in back:
             ts0, seq, rows = current.get((op, eid), (ts, 0, {}))
             seq += 1
             current[(op, eid)] = (ts0, seq, rows)
             outs.append(Output(op, eid, ts, OutputKind.INSERT, seq, key, row, None))
-        self._emit(outs)
+        self.emit(outs)
         return len(outs)
 
     # -- 5. the similarity statistics ----------------------------------------------------

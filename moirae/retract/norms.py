@@ -188,7 +188,7 @@ class NormReviser:
                 revised.append(eid)
                 outs += self._diff(name, eid, new)
         if outs:
-            self.effects._emit(outs)
+            self.effects.emit(outs)
         return {"events": sorted(set(revised)), "revisions": len(outs)}
 
     def _stored(self, operator: str) -> list[str]:
@@ -200,7 +200,7 @@ class NormReviser:
 
     def _diff(self, operator: str, eid: str, new: Mapping[str, Mapping[str, Any]]) -> list[Output]:
         """Revision tuples turning the stored result of (``operator``, ``eid``) into ``new``."""
-        current = self.effects._current([eid]).get((operator, eid))
+        current = self.effects.current([eid]).get((operator, eid))
         if current is None:
             return []
         ts, seq, rows = current
