@@ -49,11 +49,11 @@ FOLDER_MARKS: dict[str, tuple[str, ...]] = {
 }
 
 #: paths (a folder or a module, relative to the repository root) whose tests must not run
-#: beside others: they count every pg_sleep on the shared server, or start a Spark
-#: standalone cluster (a master and two workers: the machine's cores for minutes). The
+#: beside others: they start a Spark standalone cluster (a master and two workers: the
+#: machine's cores for minutes). The cancel tests count only their own sleeps. The
 #: fault tests that stop or count the sessions of a server run on a private server per
 #: worker (tests/faults/conftest.py), and fill only a tmpfs of their own.
-ALONE: tuple[str, ...] = ("tests/cluster/", "tests/recall/manager/test_cancel.py")
+ALONE: tuple[str, ...] = ("tests/cluster/",)
 PART = os.environ.get("MOIRAE_TEST_PART", "")
 
 #: areas a CI machine can run: a skip there hides a test that should have run

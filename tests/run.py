@@ -6,9 +6,8 @@
    servers, and every test works in a schema of its own. A module's tests stay on one
    worker (``--dist loadfile``), so module fixtures are built once.
 2. **Alone**: the tests marked ``alone`` (:data:`tests.areas.ALONE`), one at a time
-   after the first pass. They act on what every test shares: they restart or fill the
-   PostgreSQL a test runs on, count every session a server has, or start a Spark
-   cluster on fixed ports.
+   after the first pass. They take what every test shares: a Spark standalone cluster
+   takes the machine's cores for minutes.
 
 Arguments are pytest's and go to both passes. The exit status is the first pass's
 failure if it failed, else the second's; a selection that leaves both passes empty

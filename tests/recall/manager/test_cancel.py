@@ -4,6 +4,7 @@ tasks leave no thread, connection or memory behind")."""
 from __future__ import annotations
 
 import gc
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,12 +21,17 @@ from tests.recall.manager.recall_mgr_helpers import SPAN, Collector, Recorder, e
 pytestmark = pytest.mark.postgres
 
 SLEEPY = "SELECT v FROM metrics, pg_sleep(:s) AS z WHERE host = :host"
+#: every sleep of this module lasts a whole number of seconds plus this fraction, unique
+#: to the run, so the queries counted below are this module's, whatever else the server runs
+MARK = round(random.Random().randint(1, 99_999) * 1e-7, 7)
+LONG, STORM = 30 + MARK, 20 + MARK
 
 
 def _sleeping(pg) -> list[tuple[int, str]]:
     with pg.connection() as conn, conn.cursor() as cur:
         cur.execute("SELECT pid, state FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                    "AND query ILIKE '%%pg_sleep%%' AND state = 'active'")
+                    "AND (query ILIKE %s OR query ILIKE %s) AND state = 'active'",
+                    (f"%pg_sleep({LONG!r})%", f"%pg_sleep({STORM!r})%"))
         return cur.fetchall()
 
 
@@ -41,7 +47,7 @@ def _live_tasks() -> int:
 
 
 def test_cancel_a_running_query_returns_at_once(archive, pg):
-    rec = Recorder(archive, sql=SLEEPY, params=lambda e: {"s": 30, "host": "a"})
+    rec = Recorder(archive, sql=SLEEPY, params=lambda e: {"s": LONG, "host": "a"})
     out = Collector()
     with RecallManager(archive, max_concurrent=2, on_output=out) as mgr:
         mgr.register(rec)
@@ -66,7 +72,7 @@ def test_cancel_a_running_query_returns_at_once(archive, pg):
 @pytest.mark.slow
 def test_cancel_storm_leaves_nothing_behind(archive, pg):
     n, workers = 1000, 4
-    rec = Recorder(archive, sql=SLEEPY, params=lambda e: {"s": 20, "host": e["host"]})
+    rec = Recorder(archive, sql=SLEEPY, params=lambda e: {"s": STORM, "host": e["host"]})
     out = Collector()
     threads_before = {t.ident for t in threading.enumerate()}
     mgr = RecallManager(archive, max_concurrent=workers, on_output=out)
