@@ -41,7 +41,7 @@ _locks: dict[str, threading.Lock] = {}
 #: the ``alertmanager`` source kind's options (``data_dir`` is filled in by the engine)
 OPTIONS_SCHEMA = {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
     "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}, "data_dir": {"type": "string"},
-    "labels": {"type": ["string", "array"]}}}
+    "labels": {"type": ["string", "array"]}, "maxFilesPerTrigger": {"type": ["integer", "string"]}}}
 
 
 class AlertPayloadError(SourceError, ValueError):
@@ -164,7 +164,8 @@ class AlertReceiver:
 
 
 def build(spark, options: dict, schema=None):
-    """The ``alertmanager`` source kind: options ``name``, ``data_dir``, ``labels``."""
+    """The ``alertmanager`` source kind: options ``name``, ``data_dir``, ``labels``,
+    ``maxFilesPerTrigger`` (notifications per micro-batch at most, :mod:`moirae.sources.bounds`)."""
     return receiver_source(spark, options, KIND, AlertPayloadError, parse_labels, schema_ddl)
 
 

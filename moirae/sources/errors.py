@@ -62,3 +62,8 @@ class UnknownSourceKind(SourceError, LookupError):
 
     def __str__(self) -> str:  # LookupError would not, but keep it plain like MissingColumn
         return str(self.args[0]) if self.args else ""
+
+
+class InvalidSourceOption(SourceError, ValueError):
+    """A bad option of a source kind built on Spark's own readers (``file``, ``rate``,
+    the receivers' inboxes), such as its admission control (moirae.sources.bounds)."""

@@ -22,7 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from moirae.sources.errors import SourceError
+from moirae.sources.bounds import DEFAULT_MAX_FILES, max_files
+from moirae.sources.errors import InvalidSourceOption, SourceError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -79,26 +80,37 @@ class Inbox:
         os.replace(tmp, final)
         return final
 
-    def stream(self, spark, schema):
-        """The streaming DataFrame over this inbox (files in name order, i.e. arrival)."""
-        return spark.readStream.schema(schema).option("latestFirst", "false").parquet(str(self.path))
+    def stream(self, spark, schema, max_files: int | None = DEFAULT_MAX_FILES):
+        """The streaming DataFrame over this inbox (files in name order, i.e. arrival), at
+        most ``max_files`` files (requests) per micro-batch (None: no bound)."""
+        reader = spark.readStream.schema(schema).option("latestFirst", "false")
+        if max_files is not None:
+            reader = reader.option("maxFilesPerTrigger", int(max_files))
+        return reader.parquet(str(self.path))
 
 
 def receiver_source(spark, options: dict, kind: str, error: type[Exception], parse_labels, schema_ddl):
     """The streaming DataFrame of a receiver source kind (``prometheus``,
     ``alertmanager``): options ``name`` (the receiver's, in its URL), ``data_dir`` (the
-    engine's) and ``labels`` (label names as columns, parsed by ``parse_labels``; the
-    schema is ``schema_ddl(labels)``). A bad option raises ``error`` naming it."""
+    engine's), ``labels`` (label names as columns, parsed by ``parse_labels``; the
+    schema is ``schema_ddl(labels)``) and ``maxFilesPerTrigger`` (requests per micro-batch
+    at most, default :data:`moirae.sources.bounds.DEFAULT_MAX_FILES`, 0: no bound). A bad
+    option raises ``error`` naming it."""
     import json
 
     opts = {str(k).lower(): v for k, v in options.items()}
-    unknown = sorted(set(opts) - {"name", "data_dir", "labels"})
+    unknown = sorted(set(opts) - {"name", "data_dir", "labels", "maxfilespertrigger"})
     if unknown:
-        raise error(f"unknown {kind} source option(s): {', '.join(unknown)} (known: name, data_dir, labels)")
+        raise error(f"unknown {kind} source option(s): {', '.join(unknown)} (known: name, data_dir, labels, "
+                    "maxFilesPerTrigger)")
     for key in ("name", "data_dir"):
         if not opts.get(key):
             raise error(f"the {kind} source needs the option {key!r}")
     labels = parse_labels(opts.get("labels"))
+    try:
+        bound = max_files(opts, f"{kind} source {opts['name']!r}")
+    except InvalidSourceOption as exc:
+        raise error(str(exc)) from None
     inbox = Inbox.create(opts["data_dir"], kind, str(opts["name"]))
     (inbox.path.parent / f"{opts['name']}.json").write_text(json.dumps({"labels": list(labels)}))
-    return inbox.stream(spark, schema_ddl(labels))
+    return inbox.stream(spark, schema_ddl(labels), bound)

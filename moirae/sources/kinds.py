@@ -105,12 +105,19 @@ def _opts(options: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, s
 
 def _file(spark, options: Mapping[str, Any], schema) -> Any:
     """Spark's file source: ``path`` is a file, a folder (new files are read as they
-    arrive) or a glob; ``format`` csv (with a header by default), json or parquet."""
+    arrive) or a glob; ``format`` csv (with a header by default), json or parquet; at
+    most ``maxFilesPerTrigger`` new files per micro-batch (default
+    :data:`moirae.sources.bounds.DEFAULT_MAX_FILES`, 0: no bound)."""
+    from moirae.sources.bounds import max_files
+
     fmt = options.get("format", "csv")
     reader = spark.readStream.format(fmt).schema(schema)
-    extra = _opts(options, ("path", "format"))
+    extra = {k: v for k, v in _opts(options, ("path", "format")).items() if k.lower() != "maxfilespertrigger"}
     if fmt == "csv":
         extra.setdefault("header", "true")
+    bound = max_files(options, f"file source {str(options.get('path'))!r}")
+    if bound is not None:
+        extra["maxFilesPerTrigger"] = str(bound)
     return reader.options(**extra).load(str(options["path"]))
 
 
@@ -122,7 +129,11 @@ def _replay(spark, options: Mapping[str, Any], schema) -> Any:
 
 
 def _rate(spark, options: Mapping[str, Any], schema) -> Any:
-    return spark.readStream.format("rate").options(**_opts(options)).load()
+    """Spark's ``rate`` source (paced by ``rowsPerSecond``, unbounded), or with
+    ``rowsPerBatch`` its bounded form ``rate-micro-batch`` (:mod:`moirae.sources.bounds`)."""
+    from moirae.sources.bounds import rate_format
+
+    return spark.readStream.format(rate_format(options)).options(**_opts(options)).load()
 
 
 def _cluster(spark, options: Mapping[str, Any], schema) -> Any:
@@ -143,7 +154,7 @@ _NUM = {"type": ["number", "string"]}
 register_kind(SourceKind("file", _file, {
     "type": "object", "required": ["path"], "additionalProperties": {"type": ["string", "number", "boolean"]},
     "properties": {"path": {"type": "string", "minLength": 1}, "format": {"enum": ["csv", "json", "parquet"]},
-                   "maxFilesPerTrigger": {"type": "integer", "minimum": 1}}},
+                   "maxFilesPerTrigger": {"type": "integer", "minimum": 0}}},
     "a CSV, JSON or Parquet file, or a folder of them that grows (Spark's file source)", needs_schema=True))
 register_kind(SourceKind("replay", _replay, {
     "type": "object", "required": ["path", "ts_col"], "additionalProperties": False,
@@ -156,8 +167,10 @@ register_kind(SourceKind("replay", _replay, {
 register_kind(SourceKind("rate", _rate, {
     "type": "object", "additionalProperties": False,
     "properties": {"rowsPerSecond": {"type": "integer", "minimum": 1}, "rampUpTime": {"type": "string"},
-                   "numPartitions": {"type": "integer", "minimum": 1}}},
-    "Spark's rate source (columns timestamp, value), for tests"))
+                   "numPartitions": {"type": "integer", "minimum": 1}, "rowsPerBatch": {"type": "integer", "minimum": 1},
+                   "advanceMillisPerBatch": {"type": "integer", "minimum": 0},
+                   "startTimestamp": {"type": "integer", "minimum": 0}}},
+    "Spark's rate source (columns timestamp, value), for tests; rowsPerBatch bounds it (rate-micro-batch)"))
 register_kind(SourceKind("cluster", _cluster, {
     "type": "object", "required": ["config", "stream"], "additionalProperties": {"type": ["string", "number"]},
     "properties": {"config": {"type": "string"}, "stream": {"enum": ["metrics", "users", "procs", "incidents"]}}},

@@ -40,7 +40,7 @@ STALE_NAN = 0x7FF0000000000002
 #: the ``prometheus`` source kind's options (``data_dir`` is filled in by the engine)
 OPTIONS_SCHEMA = {"type": "object", "required": ["name"], "additionalProperties": False, "properties": {
     "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}, "data_dir": {"type": "string"},
-    "labels": {"type": ["string", "array"]}}}
+    "labels": {"type": ["string", "array"]}, "maxFilesPerTrigger": {"type": ["integer", "string"]}}}
 
 
 class RemoteWriteError(SourceError, ValueError):
@@ -177,5 +177,6 @@ class RemoteWriteReceiver:
 
 def build(spark, options: dict, schema=None):
     """The ``prometheus`` source kind: options ``name`` (the receiver's name), ``data_dir``
-    (the engine's), ``labels`` (label names as columns; default job, instance)."""
+    (the engine's), ``labels`` (label names as columns; default job, instance),
+    ``maxFilesPerTrigger`` (requests per micro-batch at most, :mod:`moirae.sources.bounds`)."""
     return receiver_source(spark, options, KIND, RemoteWriteError, parse_labels, schema_ddl)
