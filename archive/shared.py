@@ -41,20 +41,17 @@ import os
 import zlib
 from pathlib import Path
 
-import pyarrow as pa
-
 from archive.abc import AppendResult
 from archive.exec_udf import EXECUTOR_DSN_ENV, PassThrough, batch_property, shared_property
 from archive.names import quote, stage_name
 from archive.schema import stage_table_ddl
+from archive.stage_read import read_rows
+from archive.types import ColumnType
 
 MARKER = "archived_by"
 """The file, in a source's checkpoint directory, naming the event-query that archives it."""
 
 _BLOCK = 1 << 40
-
-#: rows of a staged batch read at a time when it is committed (:meth:`SharedArchive.commit`)
-STAGE_READ_ROWS = 50_000
 
 
 def shared_batch_id(owner: str, batch_id: int) -> int:
@@ -163,18 +160,12 @@ class SharedArchive:
         unread: the batch is logged, so its replay writes nothing anywhere."""
         spec = self.archiver.stream(self.stream)
         names = ["_sid", *(c for c, _ in spec.id_columns)]
-        types = {"_sid": pa.int64(), **{c: t.arrow for c, t in spec.id_columns}}
-        pieces = [pa.table({c: pa.array([], type=types[c]) for c in names})]
-        # read in pieces through a server-side cursor: a first batch may be a whole backlog,
-        # and a row as a Python tuple takes about ten times its Arrow size
-        with self.archiver.db.connection(autocommit=False) as conn, conn.cursor(name="moirae_stage") as cur:
-            cur.itersize = STAGE_READ_ROWS
-            cur.execute(f"SELECT {', '.join(quote(c) for c in names)} FROM {quote(stage_name(self.stream))} "
-                        "WHERE _batch = %s", (bid,))
-            while rows := cur.fetchmany(STAGE_READ_ROWS):
-                pieces.append(pa.table({c: pa.array([r[i] for r in rows], type=types[c])
-                                        for i, c in enumerate(names)}))
-        result = self.archiver.append(self.stream, bid, pa.concat_tables(pieces).combine_chunks())
+        types = {"_sid": ColumnType.BIGINT, **dict(spec.id_columns)}
+        # one COPY parsed by Arrow (archive.stage_read): a first batch may be a whole backlog,
+        # and its rows read as Python tuples cost several times the COPY that wrote them
+        with self.archiver.db.connection() as conn, conn.cursor() as cur:
+            table = read_rows(cur, stage_name(self.stream), names, types, "_batch = %s", (bid,))
+        result = self.archiver.append(self.stream, bid, table)
         with self.archiver.db.connection(autocommit=False) as conn, conn.cursor() as cur:
             cur.execute(f"DELETE FROM {quote(stage_name(self.stream))} WHERE _batch = %s", (bid,))
             cur.execute("DELETE FROM moirae_batch_parts WHERE stream = %s AND batch_id = %s", (self.stream, bid))

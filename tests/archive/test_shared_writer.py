@@ -37,7 +37,6 @@ def _run(shared: SharedArchive, df, batch_id: int) -> int:
 @given(parts=st.integers(1, 5), fail=st.integers(0, 4), hosts=st.integers(1, 7), staged=st.booleans())
 def test_replay_after_a_partition_committed_and_failed_archives_each_row_once(spark, pg_dsn, tmp_path_factory,
                                                                                monkeypatch, parts, fail, hosts, staged):
-    monkeypatch.setattr(shared_mod, "STAGE_READ_ROWS", 7)  # a staged batch is read back in several pieces
     after_part = fail_once_after(fail % parts, tmp_path_factory.mktemp("m") / "failed")
     # staged: the interval is chosen from the batch's rows (11 per host, 13 minutes apart)
     with fresh_archiver(pg_dsn, chunk_target_rows=20 if staged else None) as arch:
