@@ -1,15 +1,16 @@
 """Our side of the Flink comparison through the path a user's rows take: Spark Structured
-Streaming with the live pattern operator (``moirae.patterns.spark_operator.pattern_stream``,
-what ``Engine.pattern_query`` deploys), over the same header-less CSV Flink reads.
+Streaming with the live pattern operator running every pattern of the workload
+(``moirae.patterns.spark_operator.pattern_set_stream``, what ``Engine.pattern_queries``
+deploys), over the same header-less CSV Flink reads.
 
 One streaming query per workload: the CSV read as a file stream (its times parsed
-inside the query), the event time's watermark 1 s behind (as Flink's), every pattern's
-operator (``transformWithStateInPandas`` per vessel, RocksDB state store, provenance
-on) over it, their matches unioned and collected to the driver. The end of the file
-moves the watermark to the end of time in Flink; here a second file holds one row of a
-sentinel vessel a day after the last row, so the next micro-batch's watermark passes
-every row and every WITHIN, and the timers emit every pending match (the sentinel's own
-matches are dropped). Timed from the query's start to the micro-batch that ran under
+inside the query), the event time's watermark 1 s behind (as Flink's), one operator for
+all the patterns (one ``transformWithStateInPandas`` per vessel, RocksDB state store,
+provenance on, each pattern's matcher state per vessel), its matches collected to the
+driver. The end of the file moves the watermark to the end of time in Flink; here a
+second file holds one row of a sentinel vessel a day after the last row, so the next
+micro-batch's watermark passes every row and every WITHIN, and the timers emit every
+pending match (the sentinel's own matches are dropped). Timed from the query's start to the micro-batch that ran under
 that watermark.
 """
 
@@ -61,7 +62,7 @@ def spark_matches(spark, path: Path, patterns: list[tuple[str, str]], last: pd.T
     from pyspark.sql import functions as F
 
     from ananke.query import ProvQuery
-    from moirae.patterns.spark_operator import compile_live, pattern_stream, rocksdb_start
+    from moirae.patterns.spark_operator import compile_live, pattern_set_stream, rocksdb_start
 
     tmp = Path(tempfile.mkdtemp(prefix="moirae-bench-patspark-"))
     inbox, ck = tmp / "in", tmp / "ck"
@@ -75,15 +76,9 @@ def spark_matches(spark, path: Path, patterns: list[tuple[str, str]], last: pd.T
         pq = ProvQuery()
         payload = [c for c in COLUMNS if c != "ts"]
         inp = pq.source(df, "vessels", "ts", cols=payload)
-        outs = []
-        for name, sql in patterns:
-            cp = compile_live(name, sql, df.schema, "ts")
-            s = pattern_stream(inp, cp, stream="vessels", payload=payload)
-            outs.append(s.df.select(F.lit(name).alias("pattern"), F.col("vessel_id"), F.col("start_ts"),
-                                    F.col("end_ts")))
-        out = outs[0]
-        for o in outs[1:]:
-            out = out.unionByName(o)
+        cps = [compile_live(name, sql, df.schema, "ts") for name, sql in patterns]
+        s = pattern_set_stream(inp, cps, tag="pattern", stream="vessels", payload=payload)
+        out = s.df.select(F.col("pattern"), F.col("vessel_id"), F.col("start_ts"), F.col("end_ts"))
 
         def collect(batch, _batch_id: int) -> None:
             got.extend(tuple(r) for r in batch.collect())

@@ -2,7 +2,11 @@
 
 One evaluator serves both uses: over a whole batch of a key's rows at once (row-local
 predicates, T 3: one truth vector per symbol, folded into minterm bitmasks), and over one
-row for one live run (predicates that read bound rows). NULL is NaN (numbers) or None
+row for one live run (predicates that read bound rows). Over a batch, an :class:`Env`
+with a ``memo`` evaluates a sub-expression named in its ``keys`` once: what several
+symbols, or several patterns run by one operator, share over the same rows (T 3's
+minterms are built from the predicates' truth vectors, however many patterns read
+them). NULL is NaN (numbers) or None
 (anything else); a comparison with NULL is false, so a row whose predicate reads a NULL
 does not match.
 
@@ -21,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from moirae.patterns.expr import Col, Expr, Lit, Op, Prev, Ref, Special
+from moirae.patterns.expr import Col, Expr, Lit, Op, Prev, Ref, Special, walk
 
 
 def column_array(s: pd.Series) -> np.ndarray:
@@ -46,13 +50,18 @@ def column_array(s: pd.Series) -> np.ndarray:
 class Env:
     """What an expression can read: ``cols`` (the current rows, ``n`` of them), a ``prev``
     function (name, offset -> array of the rows that many before), and ``ref``/``special``
-    functions for bound rows and MATCH_NUMBER/CLASSIFIER (scalars)."""
+    functions for bound rows and MATCH_NUMBER/CLASSIFIER (scalars). With ``memo`` (a dict
+    shared by the expressions evaluated over the same ``cols``) and ``keys`` (node id ->
+    a key naming its value over those rows: only for nodes that read neither PREV nor
+    bound rows), each keyed node is evaluated once; a value in ``memo`` is never changed."""
 
     def __init__(self, cols: dict[str, np.ndarray], n: int,
                  prev: Callable[[str, int], np.ndarray] | None = None,
                  ref: Callable[[Ref], object] | None = None,
-                 special: Callable[[str], object] | None = None):
+                 special: Callable[[str], object] | None = None,
+                 memo: dict | None = None, keys: dict[int, str] | None = None):
         self.cols, self.n, self._prev, self._ref, self._special = cols, n, prev, ref, special
+        self.memo, self.keys = memo, keys
 
     def prev(self, name: str, k: int) -> np.ndarray:
         if self._prev is None:
@@ -136,8 +145,38 @@ def _num(x):
     return a.astype(np.float64) if a.dtype == bool else a
 
 
+def memo_keys(exprs) -> dict[int, str]:
+    """Node id -> memo key (its text, literals with their types) of every operator node of
+    ``exprs`` that reads only the current row (see :class:`Env`).
+
+    >>> from moirae.patterns.expr import parse_expr
+    >>> from moirae.patterns.tokens import Cursor
+    >>> a, b = (parse_expr(Cursor(t, "p")) for t in ("x > 2 AND y", "x > 2 AND PREV(y)"))
+    >>> ka, kb = memo_keys([a]), memo_keys([b])
+    >>> ka[id(a.args[0])] == kb[id(b.args[0])], id(b) in kb
+    (True, False)
+    """
+    out: dict[int, str] = {}
+    for e in exprs:
+        for n in walk(e):
+            if isinstance(n, Op) and not any(isinstance(m, (Prev, Ref, Special)) for m in walk(n)):
+                out[id(n)] = repr(n)
+    return out
+
+
 def evaluate(e: Expr, env: Env):
     """The value of ``e`` in ``env``: an array of ``env.n`` values, or a scalar."""
+    if env.memo is not None and env.keys:
+        k = env.keys.get(id(e))
+        if k is not None:
+            v = env.memo.get(k)
+            if v is None:
+                v = env.memo[k] = _evaluate(e, env)
+            return v
+    return _evaluate(e, env)
+
+
+def _evaluate(e: Expr, env: Env):
     if isinstance(e, Lit):
         return np.nan if e.value is None else e.value
     if isinstance(e, Col):
@@ -212,4 +251,4 @@ def _tidy(a: np.ndarray) -> np.ndarray:
         return a
 
 
-__all__ = ["Env", "column_array", "evaluate", "isnull", "truth"]
+__all__ = ["Env", "column_array", "evaluate", "isnull", "memo_keys", "truth"]

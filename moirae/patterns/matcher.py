@@ -23,7 +23,7 @@ import pandas as pd
 from moirae.patterns.bound import Bindings, RowStore, holds, measures
 from moirae.patterns.compile import CompiledPattern
 from moirae.patterns.errors import PatternError, PredicateEvaluationError
-from moirae.patterns.evaluate import Env, column_array, evaluate, truth
+from moirae.patterns.evaluate import Env, column_array, evaluate, memo_keys, truth
 from moirae.patterns.expr import Col, Prev, walk
 from moirae.patterns.match import Match, key_rows, plain_key, resume, to_frame, ts_ns, ts_value
 from moirae.patterns.nfa import ANY, MATCH, LazyDFA, Program
@@ -148,10 +148,14 @@ class Matcher:
         return self.advance_arrays(state, key, ts, kind, rows[cp.row_id].to_numpy(), cols, watermark=watermark)
 
     def advance_arrays(self, state: KeyState | None, key: tuple, ts: np.ndarray, kind: str, rid: np.ndarray,
-                       cols: dict[str, np.ndarray], *, watermark=None) -> tuple[list[Match], KeyState | None]:
+                       cols: dict[str, np.ndarray], *, watermark=None,
+                       memo: dict | None = None) -> tuple[list[Match], KeyState | None]:
         """:meth:`advance` over one key's rows given as arrays: ``ts`` (int64 ns, of ``kind``,
         see :func:`moirae.patterns.match.ts_ns`), row ids, and each column the pattern
-        reads as :func:`moirae.patterns.evaluate.column_array` makes it."""
+        reads as :func:`moirae.patterns.evaluate.column_array` makes it. ``memo``: the
+        row-local sub-expressions' values over these same rows, shared with other patterns
+        fed the same arrays (:class:`moirae.patterns.evaluate.Env`); it is only read and
+        added to."""
         cp = self.cp
         if len(ts) == 0:
             if state is None:
@@ -174,7 +178,9 @@ class Matcher:
                                "than rows fed before (rows must come in event-time order, past the watermark)")
         if order is not None:
             cols = {c: a[order] for c, a in cols.items()}
-        masks = self._masks(st, cols, len(ts), rid)
+        if order is not None:
+            memo = None  # its values are over the rows in the given order
+        masks = self._masks(st, cols, len(ts), rid, {} if memo is None else memo)
         n0 = st.next_seq
         self._append(st, cols, ts, rid, masks)
         out = self._run(st, n0, masks, ts)
@@ -226,7 +232,18 @@ class Matcher:
             return int(round(float(watermark) * 1e9)) if st.ts_kind == "num" else int(watermark)
         return int(pd.Timestamp(watermark).value)
 
-    def _masks(self, st: KeyState, cols: dict[str, np.ndarray], n: int, rid: np.ndarray) -> np.ndarray:
+    def __getstate__(self) -> dict:
+        d = self.__dict__.copy()
+        d.pop("_memo_keys", None)  # node ids: valid in this process only
+        return d
+
+    def _keys(self) -> dict[int, str]:
+        keys = self.__dict__.get("_memo_keys")
+        if keys is None:
+            keys = self._memo_keys = memo_keys(e for _, e in self.cp.local)
+        return keys
+
+    def _masks(self, st: KeyState, cols: dict[str, np.ndarray], n: int, rid: np.ndarray, memo: dict) -> np.ndarray:
         cp = self.cp
         masks = np.zeros(n, dtype=np.int64)
         P = cp.max_prev
@@ -240,7 +257,7 @@ class Matcher:
             full = np.concatenate([pad, tail, a])
             return full[P - k: P - k + n]
 
-        env = Env(cols, n, prev=prev)
+        env = Env(cols, n, prev=prev, memo=memo, keys=self._keys())
         for idx, e in cp.local:
             try:
                 ok = truth(evaluate(e, env), n)

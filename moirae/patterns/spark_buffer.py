@@ -5,7 +5,9 @@ value of Spark's state store (:class:`KeyBuffer`):
 
 - ``pending``: the rows that arrived but that the watermark has not passed yet, as one
   numpy array per input column (event time as int64 nanoseconds, UTC);
-- ``matcher``: the matcher's state (:class:`moirae.patterns.KeyState`);
+- ``matchers``: each pattern's matcher state (:class:`moirae.patterns.KeyState`, None
+  for a pattern idle on the key), in the order of the operator's patterns (one operator
+  may run several patterns over the same keys, :mod:`moirae.patterns.spark_set`);
 - ``prov``: the provenance of the rows a future match may still bind (:class:`ProvTable`:
   per row, its id, event time, and the ids and times of the source tuples it came from,
   as flat arrays with offsets);
@@ -28,7 +30,7 @@ import pandas as pd
 from moirae.patterns.errors import PatternStateError
 from moirae.patterns.state import STATE_VERSION, KeyState
 
-BUFFER_VERSION = 2
+BUFFER_VERSION = 3
 _NAT = np.iinfo(np.int64).min
 
 
@@ -119,31 +121,39 @@ class KeyBuffer:
 
     key: tuple | None = None
     pending: dict[str, np.ndarray] | None = None
-    matcher: KeyState | None = None
+    matchers: tuple[KeyState | None, ...] = ()
     fed_ns: int | None = None
     prov: ProvTable | None = None
     timer: int | None = None
 
     def to_bytes(self) -> bytes:
-        st = None if self.matcher is None else (STATE_VERSION, self.matcher.__dict__)
-        return pickle.dumps((BUFFER_VERSION, self.key, self.pending, st, self.fed_ns, self.prov, self.timer),
+        sts = tuple(None if m is None else m.__dict__ for m in self.matchers)
+        return pickle.dumps((BUFFER_VERSION, self.key, self.pending, STATE_VERSION, sts, self.fed_ns, self.prov,
+                             self.timer),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> KeyBuffer:
         try:
-            version, key, pending, st, fed_ns, prov, timer = pickle.loads(data)  # noqa: S301 - our own checkpoint
+            version, *rest = pickle.loads(data)  # noqa: S301 - our own checkpoint
         except Exception as e:  # noqa: BLE001
             raise PatternStateError(f"unreadable pattern buffer state: {e}") from None
         if version != BUFFER_VERSION:
             raise PatternStateError(f"pattern buffer state version {version}, expected {BUFFER_VERSION}")
-        matcher = None
-        if st is not None:
-            if st[0] != STATE_VERSION:
-                raise PatternStateError(f"pattern state version {st[0]}, expected {STATE_VERSION}")
-            matcher = KeyState(st[1]["pattern"], st[1]["key"])
-            matcher.__dict__.update(st[1])
-        return cls(key, pending, matcher, fed_ns, prov, timer)
+        key, pending, st_version, sts, fed_ns, prov, timer = rest
+        if st_version != STATE_VERSION:
+            raise PatternStateError(f"pattern state version {st_version}, expected {STATE_VERSION}")
+        return cls(key, pending, tuple(None if d is None else _state(d) for d in sts), fed_ns, prov, timer)
+
+    def matcher_of(self, i: int) -> KeyState | None:
+        """Pattern ``i``'s state (None when the key holds none for it)."""
+        return self.matchers[i] if i < len(self.matchers) else None
+
+
+def _state(fields: dict) -> KeyState:
+    st = KeyState(fields["pattern"], fields["key"])
+    st.__dict__.update(fields)
+    return st
 
 
 __all__ = ["BUFFER_VERSION", "KeyBuffer", "ProvTable"]

@@ -10,6 +10,10 @@ and a compiled pattern and returns the instrumented stream of its matches:
 - each row carries its row id (its source id, the tie-break of equal event times) and
   the source tuples it came from; a match's provenance is the union over its bound rows
   (the ``PROV`` column, an array, as after a window);
+- :func:`pattern_set_stream` runs several patterns with the same PARTITION BY and ORDER BY
+  in one such operator (:mod:`moirae.patterns.spark_set`), each match tagged with its
+  pattern; its lag and hold are the largest WITHIN, since the argument below holds for
+  each pattern with its own WITHIN;
 - the operator is recorded in the query's operator graph
   (:meth:`ananke.query.Provenanced.stateful`) with lag ``WITHIN`` and hold ``WITHIN``,
   and, for how-provenance polynomials, as a product: a match is one derivation of all
@@ -37,7 +41,9 @@ Spark's stateful processor API needs the RocksDB state store. Spark records a qu
 state store provider in its checkpoint at its first batch and restores it from there, so
 :func:`rocksdb_start` sets the provider only around the start of a query that has no
 checkpoint yet: other queries keep theirs, and a pattern query restarted from its
-checkpoint gets RocksDB from it.
+checkpoint gets RocksDB from it. The same start turns on RocksDB's changelog
+checkpointing (a commit uploads the changed keys; snapshots are made in the background),
+which a query may switch on or off across restarts.
 """
 
 from __future__ import annotations
@@ -50,14 +56,25 @@ from datetime import timedelta
 from ananke.ids import PROV, source_id_col
 from ananke.query import PROV_TYPE, Provenanced
 from moirae.patterns.compile import CompiledPattern
-from moirae.patterns.errors import PatternSyntaxError, UnboundedPattern
+from moirae.patterns.errors import PatternError, PatternSyntaxError, UnboundedPattern
 from moirae.patterns.expr import Col, Prev, Ref, walk
 from moirae.patterns.spark_dead import DeadLetterWriter
-from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, batch_matches, processor
-from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID, measure_types, output_ddl, simple_types
+from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, PatternSet, batch_matches, processor
+from moirae.patterns.spark_schema import (
+    PROV_IDS,
+    PROV_TS,
+    ROW_ID,
+    measure_types,
+    output_ddl,
+    set_output_ddl,
+    simple_types,
+)
 
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+#: a micro-batch's commit writes the keys it changed, not a snapshot of the store
+CHANGELOG_KEY = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+_STARTING = {PROVIDER_KEY: ROCKSDB, CHANGELOG_KEY: "true"}
 _ALL = "moirae_pat_all"  # the one key of a pattern without PARTITION BY
 _starting = threading.Lock()
 
@@ -78,12 +95,34 @@ def pattern_stream(inp: Provenanced, cp: CompiledPattern, *, eid: str = "eid", t
     ``stream`` and ``payload`` name the source ``inp`` reads (its rows' ids are then
     their source ids, with or without provenance columns); without them a row's id is
     its provenance id. ``dead``: where rows whose DEFINE fails go."""
+    return _operator(inp, (cp,), None, eid=eid, ts=ts, stream=stream, payload=payload, dead=dead)
+
+
+def pattern_set_stream(inp: Provenanced, cps: Sequence[CompiledPattern], *, tag: str = "pattern",
+                       eid: str = "eid", ts: str = "ts", stream: str | None = None,
+                       payload: Sequence[str] | None = None, dead: DeadLetterWriter | None = None) -> Provenanced:
+    """The instrumented stream of the matches of every pattern of ``cps`` over ``inp``, run
+    by one operator (:mod:`moirae.patterns.spark_set`): one shuffle and one state value per
+    key for all of them. The patterns share their PARTITION BY and ORDER BY (else refused
+    in one line naming both); each match is the one its pattern finds alone (same ``eid``,
+    measures and provenance), its pattern named in column ``tag``, a measure another
+    pattern lacks NULL. The operator's lag and hold are the largest WITHIN (the module
+    docstring's argument holds for each pattern, hence for the largest)."""
+    return _operator(inp, tuple(cps), tag, eid=eid, ts=ts, stream=stream, payload=payload, dead=dead)
+
+
+def _operator(inp: Provenanced, cps: tuple[CompiledPattern, ...], tag: str | None, *, eid: str, ts: str,
+              stream: str | None, payload: Sequence[str] | None, dead: DeadLetterWriter | None) -> Provenanced:
     from pyspark.sql import functions as F
 
-    lag = within(cp)
-    if cp.order_by != inp.ts:
-        raise PatternSyntaxError(f"pattern {cp.name!r}: ORDER BY {cp.order_by} is not the stream's event time "
-                               f"{inp.ts!r}")
+    if not cps:
+        raise PatternError("a pattern operator needs at least one pattern")
+    lag = max(within(cp) for cp in cps)
+    for cp in cps:
+        if cp.order_by != inp.ts:
+            raise PatternSyntaxError(f"pattern {cp.name!r}: ORDER BY {cp.order_by} is not the stream's event time "
+                                     f"{inp.ts!r}")
+    head = cps[0]
     df = inp.df
     types = simple_types(df.schema)
     has_prov = PROV in df.columns
@@ -100,26 +139,29 @@ def pattern_stream(inp: Provenanced, cp: CompiledPattern, *, eid: str = "eid", t
         ids, tss = F.transform(PROV, lambda p: p["id"]), F.transform(PROV, lambda p: p["ts"])
     else:
         ids, tss = F.array(rid), F.array(F.col(inp.ts))
-    keys = list(cp.partition_by) or [_ALL]
-    needed = list(dict.fromkeys([*cp.partition_by, cp.order_by, *cp.columns_used]))
+    keys = list(head.partition_by) or [_ALL]
+    needed = list(dict.fromkeys([*head.partition_by, head.order_by, *(c for cp in cps for c in cp.columns_used)]))
     sel = df.select(*[F.col(c) for c in needed], rid.alias(ROW_ID), ids.alias(IN_IDS), tss.alias(IN_TS),
-                    *([] if cp.partition_by else [F.lit(0).alias(_ALL)]))
-    measures = tuple(m for m in measure_types(cp, types) if m not in {eid, ts, *cp.partition_by})
-    core = PatternCore(cp, eid, ts, measures, dead)
-    ddl = output_ddl(cp, types, eid, ts)
+                    *([] if head.partition_by else [F.lit(0).alias(_ALL)]))
+    skip = {eid, ts, *([tag] if tag else [])}
+    cores = [PatternCore(cp, eid, ts, tuple(m for m in measure_types(cp, types) if m not in {*skip, *cp.partition_by}),
+                         dead) for cp in cps]
+    ps = PatternSet(cores, tag)  # refuses patterns over other keys
+    ddl = output_ddl(head, types, eid, ts) if tag is None else set_output_ddl(cps, types, eid, ts, tag)
     grouped = sel.groupBy(*keys)
     if df.isStreaming:
-        out = grouped.transformWithStateInPandas(processor(core), ddl, "Append", "EventTime")
+        out = grouped.transformWithStateInPandas(processor(ps), ddl, "Append", "EventTime")
     else:
-        out = grouped.applyInPandas(batch_matches(core), ddl)
+        out = grouped.applyInPandas(batch_matches(ps), ddl)
     cols = [c for c in out.columns if c not in (PROV_IDS, PROV_TS)]
     if inp.query.enabled:
         out = out.select(*cols, F.arrays_zip(F.col(PROV_IDS).alias("id"), F.col(PROV_TS).alias("ts"))
                          .cast(PROV_TYPE).alias(PROV))
     else:
         out = out.select(*cols)
-    return inp.stateful(out, lag, ts, f"pattern:{cp.name}", hold=lag, reads=reads(cp), operator="pattern",
-                        within=lag)
+    name = f"pattern:{head.name}" if tag is None else f"patterns:{'+'.join(ps.names)}"
+    read = tuple(sorted({c for cp in cps for c in reads(cp)}))
+    return inp.stateful(out, lag, ts, name, hold=lag, reads=read, operator="pattern", within=lag)
 
 
 def reads(cp: CompiledPattern) -> tuple[str, ...]:
@@ -133,18 +175,21 @@ def reads(cp: CompiledPattern) -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def rocksdb_start(spark):
-    """Run a query's ``start`` with the RocksDB state store provider set on ``spark``,
-    then put back what was there (see the module docstring). Starts are serialized."""
+    """Run a query's ``start`` with the RocksDB state store provider (and its changelog
+    checkpointing) set on ``spark``, then put back what was there (see the module
+    docstring). Starts are serialized."""
     with _starting:
-        before = spark.conf.get(PROVIDER_KEY, None)
-        spark.conf.set(PROVIDER_KEY, ROCKSDB)
+        before = {k: spark.conf.get(k, None) for k in _STARTING}
+        for k, v in _STARTING.items():
+            spark.conf.set(k, v)
         try:
             yield
         finally:
-            if before is None:
-                spark.conf.unset(PROVIDER_KEY)
-            else:
-                spark.conf.set(PROVIDER_KEY, before)
+            for k, v in before.items():
+                if v is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, v)
 
 
 def with_rocksdb(spark, start):
@@ -180,3 +225,17 @@ def pattern_function(cp: CompiledPattern, *, stream: str, payload: Sequence[str]
 
     pattern_query.pattern = cp  # type: ignore[attr-defined] - what a monitor's checks read
     return pattern_query
+
+
+def pattern_set_function(cps: Sequence[CompiledPattern], *, stream: str, payload: Sequence[str] | None,
+                         tag: str = "pattern", eid: str = "eid", ts: str = "ts", dead: DeadLetterWriter | None = None):
+    """:func:`pattern_function` of several patterns run by one operator
+    (:func:`pattern_set_stream`): what ``Engine.pattern_queries`` deploys."""
+    cps = tuple(cps)
+    PatternSet([PatternCore(cp, eid, ts, ()) for cp in cps], tag)  # refuses them here, at deploy time
+
+    def pattern_queries(inp: Provenanced) -> Provenanced:
+        return pattern_set_stream(inp, cps, tag=tag, eid=eid, ts=ts, stream=stream, payload=payload, dead=dead)
+
+    pattern_queries.patterns = cps  # type: ignore[attr-defined]
+    return pattern_queries

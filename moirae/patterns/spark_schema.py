@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from moirae.patterns.compile import CompiledPattern
+from moirae.patterns.errors import PatternSyntaxError
 from moirae.patterns.expr import Col, Expr, Lit, Op, Prev, Ref, Special
 
 #: the output's provenance arrays (zipped into Ananke's PROV column after the operator)
@@ -72,6 +73,31 @@ def output_ddl(cp: CompiledPattern, columns: Mapping[str, str], eid: str, ts: st
     fields = [(eid, "string"), (ts, "timestamp")]
     fields += [(k, columns[k]) for k in cp.partition_by]
     fields += [(m, t) for m, t in measure_types(cp, columns).items() if m not in {eid, ts, *cp.partition_by}]
+    fields += [(PROV_IDS, "array<bigint>"), (PROV_TS, "array<timestamp>")]
+    return ", ".join(f"`{n}` {t}" for n, t in fields)
+
+
+def set_output_ddl(cps, columns: Mapping[str, str], eid: str, ts: str, tag: str) -> str:
+    """The output schema of several patterns in one operator: :func:`output_ddl`'s, with
+    ``tag`` (the pattern's name) after the event time and the union of the patterns'
+    measures; a measure two patterns give different types is refused."""
+    head = cps[0]
+    seen: dict[str, tuple[str, str]] = {}
+    for cp in cps:
+        for m, t in measure_types(cp, columns).items():
+            if m in {eid, ts, tag, *cp.partition_by}:
+                if m == tag:
+                    raise PatternSyntaxError(f"pattern {cp.name!r}: measure {m!r} is the column naming the pattern")
+                continue
+            if m in seen and seen[m][0] != t:
+                raise PatternSyntaxError(f"pattern {cp.name!r}: measure {m!r} is {t}, but {seen[m][0]} in pattern "
+                                         f"{seen[m][1]!r} (patterns in one operator share their measures' columns)")
+            seen.setdefault(m, (t, cp.name))
+    if tag in head.partition_by or tag in (eid, ts):
+        raise PatternSyntaxError(f"pattern {head.name!r}: the column naming the pattern, {tag!r}, is taken")
+    fields = [(eid, "string"), (ts, "timestamp"), (tag, "string")]
+    fields += [(k, columns[k]) for k in head.partition_by]
+    fields += [(m, t) for m, (t, _) in seen.items()]
     fields += [(PROV_IDS, "array<bigint>"), (PROV_TS, "array<timestamp>")]
     return ", ".join(f"`{n}` {t}" for n, t in fields)
 

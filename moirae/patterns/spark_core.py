@@ -1,0 +1,268 @@
+"""One pattern's part of the live operator: feeding a key's rows, shaping matches (T 4).
+
+:class:`PatternCore` is what the stateful processor (:mod:`moirae.patterns.spark_processor`)
+and the static path share for one compiled pattern: it takes a key's new rows into the
+key's buffer (:class:`moirae.patterns.spark_buffer.KeyBuffer`), hands the rows the
+watermark passed to the matcher as arrays, sets a failing row aside as a dead letter
+(fed again row by row from the state before it), and makes the matches output rows
+(``eid``, event time, keys, measures, provenance arrays). Several cores run in one
+operator as a :class:`moirae.patterns.spark_set.PatternSet`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from moirae.patterns.compile import CompiledPattern
+from moirae.patterns.errors import PredicateEvaluationError
+from moirae.patterns.evaluate import column_array
+from moirae.patterns.expr import Special, walk
+from moirae.patterns.match import Match, plain_key, ts_ns
+from moirae.patterns.matcher import Matcher
+from moirae.patterns.spark_buffer import KeyBuffer, ProvTable
+from moirae.patterns.spark_dead import DeadLetterWriter, current_batch_id
+from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
+from moirae.patterns.state import KeyState
+
+#: the input's provenance arrays (the source tuples each row came from)
+IN_IDS, IN_TS = "moirae_pat_in_ids", "moirae_pat_in_ts"
+_NS_PER_MS = 1_000_000
+
+
+def _utc_ns(s: pd.Series) -> pd.Series:
+    """A timestamp column as ``datetime64[ns, UTC]`` (what the matcher's clock reads)."""
+    if str(s.dtype) == "datetime64[ns, UTC]":
+        return s
+    s = pd.to_datetime(s, utc=True)
+    return s.dt.as_unit("ns") if hasattr(s.dt, "as_unit") else s
+
+
+@dataclass
+class PatternCore:
+    """What the live processor and the batch path share: feeding rows, shaping matches."""
+
+    cp: CompiledPattern
+    eid: str
+    ts: str
+    measures: tuple[str, ...]
+    dead: DeadLetterWriter | None = None
+    #: dead rows seen by this object when no writer is set (tests)
+    dead_seen: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.matcher = Matcher(self.cp)
+        self.within_ns = self.cp.within_ns
+        #: MATCH_NUMBER() is measured: a key's state (its counter) is kept while idle
+        self.numbered = any(isinstance(n, Special) and n.kind.upper() == "MATCH_NUMBER"
+                            for _, e in self.cp.statement.measures for n in walk(e))
+        #: the event time's kind as the matcher reads it (UTC timestamps, see :meth:`normalize`)
+        self.kind = ts_ns(self._times(np.zeros(1, dtype=np.int64)))[1]
+
+    def normalize(self, frame: pd.DataFrame) -> pd.DataFrame:
+        t = self.cp.order_by
+        if str(frame[t].dtype) == "datetime64[ns, UTC]":
+            return frame
+        return frame.assign(**{t: _utc_ns(frame[t])})
+
+    def feed(self, st: KeyState | None, ready: pd.DataFrame | None, wm) -> tuple[list[Match], KeyState | None]:
+        """Advance ``st`` over ``ready``; a failing row goes to the dead letters."""
+        snap = None if st is None else st.to_bytes()
+        try:
+            return self.matcher.advance(st, ready, watermark=wm)
+        except PredicateEvaluationError:
+            if ready is None or ready.empty:
+                raise
+        cp = self.cp
+        st = None if snap is None else KeyState.from_bytes(snap)
+        out: list[Match] = []
+        dead: list[tuple[dict, str]] = []
+        for i in range(len(ready)):
+            row = ready.iloc[i:i + 1]
+            snap = None if st is None else st.to_bytes()
+            try:
+                got, st = self.matcher.advance(st, row, watermark=None)
+                out += got
+            except PredicateEvaluationError as exc:
+                st = None if snap is None else KeyState.from_bytes(snap)
+                cols = [c for c in row.columns if c not in (IN_IDS, IN_TS)]
+                dead.append((row[cols].iloc[0].to_dict(), f"pattern {cp.name!r}: {exc}"))
+        got, st = self.matcher.advance(st, None, watermark=wm)
+        self._dead(dead)
+        return out + got, st
+
+    def _dead(self, dead: list[tuple[dict, str]]) -> None:
+        if not dead:
+            return
+        if self.dead is not None:
+            self.dead.write(current_batch_id(), dead)
+        else:
+            self.dead_seen.extend(dead)
+
+    def rows(self, matches: list[Match], prov: dict) -> pd.DataFrame:
+        """The matches as output rows (eid, ts, keys, measures, provenance arrays);
+        ``prov``: row id -> (source ids, source times ns) (:meth:`ProvTable.lookup`)."""
+        cp = self.cp
+        n = len(matches)
+        ids_col, ts_col = np.empty(n, dtype=object), np.empty(n, dtype=object)
+        for j, m in enumerate(matches):
+            ids: list[int] = []
+            tss: list[int] = []
+            for rid, _sym in m.rows:
+                pids, pts = prov.get(rid, ((rid,), ()))
+                ids.extend(pids)
+                tss.extend(pts)
+            ids_col[j] = [int(i) for i in ids]
+            ts_col[j] = [pd.Timestamp(int(t), tz="UTC") for t in tss]
+        last = np.fromiter((_utc(m.last_ts).value for m in matches), np.int64, n)
+        out: dict = {self.eid: _objects([event_id(cp.name, m) for m in matches]),
+                     self.ts: pd.DatetimeIndex(last.view("datetime64[ns]")).tz_localize("UTC")}
+        for i, k in enumerate(cp.partition_by):
+            out[k] = _objects([m.key[i] for m in matches])
+        for name in self.measures:
+            out[name] = [_plain(m.measures.get(name)) for m in matches]
+        out[PROV_IDS], out[PROV_TS] = ids_col, ts_col
+        return pd.DataFrame(out, copy=False)
+
+    # -- the live path's arrays ------------------------------------------------------------
+
+    def take(self, buf: KeyBuffer, frame: pd.DataFrame, key: tuple | None = None) -> None:
+        """Add a key's new rows to ``buf``: their provenance, and the rows to ``pending``
+        (one array per column, event time as int64 ns UTC); a row not later than what was
+        already fed is late beyond the watermark and is dropped (the archive keeps it)."""
+        t = self.cp.order_by
+        ts = _ns(frame[t])
+        if buf.key is None:
+            buf.key = self.key_of(frame, key)
+        keep = None if buf.fed_ns is None else ts > buf.fed_ns
+        if keep is not None and keep.all():
+            keep = None
+        cols = _arrays(frame, t, ts)
+        ids_col, ts_col = cols.pop(IN_IDS), cols.pop(IN_TS)
+        if keep is not None:
+            if not keep.any():
+                return
+            cols = {c: a[keep] for c, a in cols.items()}
+            ids_col, ts_col = ids_col[keep], ts_col[keep]
+        prov = ProvTable.of(cols[ROW_ID], cols[t], ids_col, ts_col)
+        buf.prov = prov if buf.prov is None else buf.prov.extend(prov)
+        p = buf.pending
+        buf.pending = cols if p is None else {c: np.concatenate([p[c], a]) for c, a in cols.items()}
+
+    def key_of(self, frame: pd.DataFrame, key: tuple | None) -> tuple:
+        """The key as the matcher names it: Spark's grouping key when its values are plain
+        (strings, numbers, booleans: the same values as the frame's), else the frame's."""
+        n = len(self.cp.partition_by)
+        if key is not None and len(key) >= n and all(type(v) in (str, int, float, bool) for v in key[:n]):
+            return tuple(key[:n])
+        return plain_key(frame[c].iat[0] for c in self.cp.partition_by)
+
+    def ready(self, buf: KeyBuffer, wm_ns: int | None) -> dict[str, np.ndarray] | None:
+        """Take out of ``buf.pending`` the rows the watermark has passed."""
+        p = buf.pending
+        if p is None or wm_ns is None:
+            return None
+        past = p[self.cp.order_by] <= wm_ns
+        if past.all():
+            buf.pending = None
+            return p
+        if not past.any():
+            return None
+        buf.pending = {c: a[~past] for c, a in p.items()}
+        return {c: a[past] for c, a in p.items()}
+
+    def feed_arrays(self, key: tuple, st: KeyState | None, ready: dict[str, np.ndarray] | None, wm,
+                    before: Callable[[], KeyState | None], cols: dict[str, np.ndarray] | None = None,
+                    memo: dict | None = None) -> tuple[list[Match], KeyState | None]:
+        """:meth:`feed` over rows as :meth:`ready` gives them; ``before`` reads the key's
+        state as it was before this step (to feed again when a row fails). ``cols`` and
+        ``memo``: the rows' columns as the matcher reads them (:meth:`columns`) and the
+        sub-expressions' values, when other patterns share them."""
+        if ready is None:
+            return self.matcher.advance(st, None, watermark=wm)
+        t = self.cp.order_by
+        if cols is None:
+            cols = self.columns(ready, self.cp.columns_used)
+        cols = {c: cols[c] for c in self.cp.columns_used}
+        try:
+            return self.matcher.advance_arrays(st, key, ready[t], self.kind, ready[ROW_ID], cols, watermark=wm,
+                                               memo=memo)
+        except PredicateEvaluationError:
+            frame = pd.DataFrame({c: (self._times(a) if c == t else a) for c, a in ready.items()})
+            return self.feed(before(), frame, wm)
+
+    def columns(self, ready: dict[str, np.ndarray], names) -> dict[str, np.ndarray]:
+        """The columns ``names`` of ``ready`` rows as the matcher reads them
+        (:func:`moirae.patterns.evaluate.column_array`)."""
+        t = self.cp.order_by
+        return {c: _column(ready[c]) if c != t else column_array(self._times(ready[t])) for c in names}
+
+    def _times(self, ns: np.ndarray) -> pd.Series:
+        return pd.Series(pd.to_datetime(ns, utc=True), name=self.cp.order_by)
+
+
+
+def _column(a: np.ndarray) -> np.ndarray:
+    """:func:`moirae.patterns.evaluate.column_array` of a numpy column."""
+    if a.dtype.kind in "bfMO":
+        return a
+    if a.dtype.kind in "iu":
+        return a.astype(np.float64)
+    return column_array(pd.Series(a))
+
+
+def _arrays(frame: pd.DataFrame, t: str, ts: np.ndarray) -> dict[str, np.ndarray]:
+    """The frame's columns as numpy arrays (each as ``Series.to_numpy`` gives it, but
+    column ``t``: ``ts``), read without building a Series per column where pandas allows."""
+    it = getattr(frame, "_iter_column_arrays", None)
+    if it is None or not frame.columns.is_unique:
+        return {c: (ts if c == t else frame[c].to_numpy()) for c in frame.columns}
+    return {c: (ts if c == t else a if isinstance(a, np.ndarray) else frame[c].to_numpy())
+            for c, a in zip(frame.columns, it(), strict=True)}
+
+
+def _ns(s: pd.Series) -> np.ndarray:
+    """A time column as int64 ns UTC (a naive time read as UTC, as :func:`_utc_ns`)."""
+    if s.dtype.kind == "M" or str(s.dtype).startswith("datetime64"):
+        return s.to_numpy(dtype="datetime64[ns]").view(np.int64)
+    return pd.DatetimeIndex(_utc_ns(s)).asi8
+
+
+def _objects(values: list) -> np.ndarray:
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a
+
+
+def _utc(v) -> pd.Timestamp:
+    t = pd.Timestamp(v)
+    return t.tz_convert("UTC") if t.tzinfo else t.tz_localize("UTC")
+
+
+def _plain(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def event_id(pattern: str, m: Match) -> str:
+    """A match's event id: the pattern, its key and its first and last rows' ids. The same
+    match has the same id live, after a restart and when materialized.
+
+    >>> from moirae.patterns.match import Match
+    >>> m = Match("p", ("v1",), 1, 0, 1, 11, 12, ((11, "A"), (12, "B")))
+    >>> event_id("p", m) == event_id("p", Match("p", ("v1",), 7, 0, 1, 11, 12, ()))
+    True
+    """
+    import hashlib
+
+    text = repr((pattern, tuple(str(k) for k in m.key), str(m.first_row_id), str(m.last_row_id)))
+    return f"{pattern}-{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}"
+
+
+def prov_of(frame: pd.DataFrame, ts_col: str) -> dict:
+    """Row id -> (source ids, source times ns) of ``frame``'s rows."""
+    ts = pd.DatetimeIndex(_utc_ns(frame[ts_col])).asi8
+    return ProvTable.of(frame[ROW_ID].to_numpy(), ts, frame[IN_IDS].to_numpy(), frame[IN_TS].to_numpy()).lookup()
