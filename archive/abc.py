@@ -228,6 +228,7 @@ class ChunkStore(ABC):
         chunk_id: int,
         conn: Any = None,
         timeout_ms: int | None = None,
+        flags: Any = None,
     ) -> pd.DataFrame:
         """Run ``query`` over one task interval ``chunk_id`` (on :meth:`grid_for` its
         streams): every stream it names is read restricted to that interval, so the
@@ -243,6 +244,8 @@ class ChunkStore(ABC):
 
         ``conn`` is a connection from :meth:`connect` (so another thread can
         ``conn.cancel()`` it); without one the store uses a short-lived connection.
+        A stream with rows flagged bad is read through its flags
+        (:class:`archive.row_flags.RowFlags`): ``flags`` if given, else the store's own.
         """
 
     @abstractmethod

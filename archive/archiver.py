@@ -33,6 +33,7 @@ from archive.index_claims import IndexClaims
 from archive.pg import Database
 from archive.present import PresentCache
 from archive.reference import ReferenceTables
+from archive.row_flags import RowFlags
 from archive.settings import ArchiveSettings
 from archive.streams import StreamSpec
 from archive.writes import Writes
@@ -60,6 +61,9 @@ class Archiver(ChunkStore):
         self.index_claims = IndexClaims(db)
         #: versioned tables without a time attribute, read as of an event's time (archive.reference)
         self.references = ReferenceTables(db)
+        #: where the flags of rows marked bad come from (archive.row_flags; set by the engine):
+        #: history-queries read a flagged stream through them
+        self.row_flags: RowFlags | None = None
 
     # -- connections -------------------------------------------------------------------
 
@@ -258,9 +262,12 @@ class Archiver(ChunkStore):
         return history.prepare(sql, self.catalog.names(), self.references.names())
 
     def run_history_query(self, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
-                          conn: Any = None, timeout_ms: int | None = None) -> pd.DataFrame:
+                          conn: Any = None, timeout_ms: int | None = None,
+                          flags: RowFlags | None = None) -> pd.DataFrame:
+        """:meth:`ChunkStore.run_history_query`, every stream read through its flags:
+        ``flags`` if given (a re-evaluation under other flags), else :attr:`row_flags`."""
         return history.run(self.catalog, query, params, chunk_id, conn, timeout_ms,
-                           self.reference_refs(query.references))
+                           self.reference_refs(query.references), self.row_flags if flags is None else flags)
 
     def reference_refs(self, names: Iterable[str]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
         """``(name, physical table, columns)`` of reference tables, as :func:`archive.history.render` takes them."""

@@ -21,7 +21,7 @@ import psycopg2.errors
 import sqlglot
 from sqlglot import exp
 
-from archive import history_plan, reader_role
+from archive import history_plan, reader_role, row_flags
 from archive.abc import HistoryQuery
 from archive.chunks import task_grid
 from archive.errors import (
@@ -33,6 +33,7 @@ from archive.errors import (
 )
 from archive.names import quote
 from archive.pg import is_connection_lost
+from archive.row_flags import RowFlags
 
 if TYPE_CHECKING:
     from archive.catalog import Catalog
@@ -191,11 +192,13 @@ def render(sql: str, ts_cols: tuple[tuple[str, str], ...],
 
 def run(catalog: Catalog, query: HistoryQuery, params: Mapping[str, Any], chunk_id: int,
         conn: Any = None, timeout_ms: int | None = None,
-        refs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()) -> pd.DataFrame:
+        refs: tuple[tuple[str, str, tuple[str, ...]], ...] = (), flags: RowFlags | None = None) -> pd.DataFrame:
     """Run ``query`` over task interval ``chunk_id`` (the contract of
     :meth:`archive.abc.ChunkStore.run_history_query`). ``refs`` describe the reference
     tables it reads (:func:`render`); they are read as of ``params["__as_of"]``, the
-    event's time."""
+    event's time. A stream ``flags`` has active flags for is read through them
+    (:mod:`archive.row_flags`: removed rows left out, corrected ones with their new
+    values); the template of a stream without flags runs as written."""
     missing = [p for p in query.params if p not in params]
     if missing:
         raise MissingParameter(f"history-query needs a value for :{missing[0]} (given: {sorted(params)})")
@@ -204,9 +207,12 @@ def run(catalog: Catalog, query: HistoryQuery, params: Mapping[str, Any], chunk_
                                "event's time to read it as of (__as_of)")
     ts_cols = tuple((s, catalog.stream(s).ts_col) for s in query.streams)
     lo, hi = task_grid(catalog, query.streams).bounds(chunk_id)  # the task interval (archive.chunks)
-    text = (history_plan.plan_settings(catalog, query.streams, query.template)
-            + render(query.template, ts_cols, refs))
-    bound = {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
+    template, bound = query.template, {**{p: params[p] for p in query.params}, "__lo": lo, "__hi": hi}
+    bad = row_flags.flagged(flags, query.streams)
+    if bad:  # only then: a stream without flags costs nothing more
+        template = row_flags.flagged_template(template, bad)
+        bound.update(row_flags.flag_params(flags, bad, lo, hi))
+    text = history_plan.plan_settings(catalog, query.streams, query.template) + render(template, ts_cols, refs)
     if query.references:
         bound["__as_of"] = params["__as_of"]
     names, _types, rows = read_only(catalog, text, bound, f"history-query over chunk {chunk_id}",

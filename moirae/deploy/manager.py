@@ -31,7 +31,7 @@ from moirae.incidents.store import IncidentConfig, IncidentStore
 from moirae.ingest.event_worker import EventWorker, unlogged_events
 from moirae.ingest.events import EventLog
 from moirae.ingest.live import EventFlow
-from moirae.ingest.persist import forget_learned, load_similarity, save_similarity
+from moirae.ingest.persist import forget_learned, load_similarity, save_operator
 from moirae.ingest.sources import SourceRegistry
 from moirae.materialize.replica import Materializer, ReplicaOperator, replica_event
 from moirae.materialize.unit_inputs import UnitLedger
@@ -283,8 +283,7 @@ class DeployManager:
                         sim.source.persisted.clear()
                     forget_similarity(self.db, op_name)
                 else:  # its statistics go on from here when it is deployed again (M 3.5)
-                    snap, learned = sim.state_delta()
-                    save_similarity(self.db, op_name, snap, learned)
+                    save_operator(self.db, op_name, sim)
             del op
         streams = [flow.stream, *(context_stream(name, c.name) for c in self.contexts.get(name, []))]
         inputs = list(self.event_queries[name].inputs)
@@ -411,13 +410,8 @@ class DeployManager:
 
     def save_state(self) -> None:
         """Persist what must survive a restart besides the archive (similarity statistics)."""
-        for name, op in self.deployed.similarity.items():
-            snap, learned = op.state_delta()
-            try:
-                save_similarity(self.db, name, snap, learned)
-            except BaseException:
-                op.keep_unsaved(learned)
-                raise
+        for name, op in list(self.deployed.similarity.items()):  # each under its save lock (persist.save_operator)
+            save_operator(self.db, name, op)
 
     def close(self) -> None:
         self.stop()

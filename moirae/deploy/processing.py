@@ -20,6 +20,7 @@ from archive import Archiver
 from moirae.ingest.archive_waits import ArchiveWaits
 from moirae.ingest.events import EventLog, EventRecord
 from moirae.ingest.live import EventFlow
+from moirae.materialize.replica import FlaggedReads
 from moirae.queries.context import ContextRunner, compute_context, context_tuples
 from moirae.queries.hybrid import ContextQuery, EventQuery, context_stream
 from recall.manager import RecallManager
@@ -88,7 +89,7 @@ class EventProcessor:
         ev_spec = self.archiver.stream(flow.stream)
 
         def context(cq):
-            cx, _schema = compute_context(self.spark(), self.archiver, cq, frame, ev_spec, q.eid, q.ts)
+            cx, _schema = compute_context(self.spark(), self.reads_for(cq), cq, frame, ev_spec, q.eid, q.ts)
             stream = context_stream(q.name, cq.name)
             for part_frame, batch_id, _replay, _started in batches:
                 part = cx if len(batches) == 1 else cx[cx[q.eid].isin(part_frame[q.eid])]
@@ -97,6 +98,19 @@ class EventProcessor:
             return cx
 
         return self.context_runner.run(cqs, context)
+
+    def reads_for(self, cq: ContextQuery):
+        """What ``cq`` reads its inputs through: the archive itself, or, when one of its
+        inputs has rows marked bad (a retraction or correction: the archive's
+        ``row_flags``), :class:`moirae.materialize.replica.FlaggedReads`, so a Spark
+        context-query of an alert raised after a retraction never reads a removed row and
+        reads a corrected one's new values (a SQL one reads ``row_flags`` inside its query,
+        :mod:`moirae.queries.context_sql`). No flags on its inputs: one set lookup."""
+        flags = getattr(self.archiver, "row_flags", None)
+        if flags is None or cq.sql is not None or not hasattr(flags, "rows"):
+            return self.archiver
+        on = flags.flagged_streams()
+        return FlaggedReads(self.archiver, flags) if on and any(s in on for s in cq.inputs) else self.archiver
 
     def _record(self, q: EventQuery, frame: pd.DataFrame, contexts: dict[ContextQuery, pd.DataFrame]) -> None:
         """Log the events with their contexts; each new one is learned, published and recalled."""

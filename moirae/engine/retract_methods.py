@@ -34,7 +34,7 @@ class RetractMethods:
                               m.bus.publish, d.incidents, plans=None if polys is None else polys.plans,
                               events=d.events, max_share=self.settings.retract.max_share,
                               recalls=lambda: {n: op for n, op in list(d.ops.items()) if isinstance(op, Recall)},
-                              open_events=m.open_events,
+                              open_events=m.open_events, deploy=d,
                               similarity=lambda: {ev: [d.deployed.similarity[n] for n in names
                                                        if n in d.deployed.similarity]
                                                   for ev, names in list(d.operators.items())})

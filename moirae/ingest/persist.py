@@ -6,6 +6,7 @@ keep counting from where they were), and the view of every provenance edge that 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 
 from archive.names import quote
@@ -28,6 +29,35 @@ CREATE TABLE IF NOT EXISTS moirae_similarity_learned (
 """
 STATE_VERSION = 1
 CONTRIBUTING_VIEW = "moirae_contributing"
+_SAVE_LOCKS: dict[str, threading.Lock] = {}
+_SAVE_LOCKS_GUARD = threading.Lock()
+
+
+def save_lock(name: str) -> threading.Lock:
+    """The lock every save of Similarity Recall ``name``'s state holds from taking its
+    snapshot to committing it (:func:`save_operator`), one per operator name."""
+    with _SAVE_LOCKS_GUARD:
+        lock = _SAVE_LOCKS.get(name)
+        if lock is None:
+            lock = _SAVE_LOCKS[name] = threading.Lock()
+        return lock
+
+
+def save_operator(db, name: str, op, forgotten: Sequence[str] = ()) -> None:
+    """Save Similarity Recall ``op``'s state under ``name``: its snapshot and the ids it
+    learned since (``op.state_delta()``), ``forgotten`` ids out (:func:`save_similarity`).
+
+    Snapshot and write happen under :func:`save_lock`, so saves of one operator commit
+    in the order their snapshots were taken: a change made after one save's snapshot (a
+    retraction's forget) is in a later snapshot, written after it, never overwritten by
+    the older one. A failed write keeps the learned ids for the next save."""
+    with save_lock(name):
+        snap, learned = op.state_delta()
+        try:
+            save_similarity(db, name, snap, learned, forgotten)
+        except BaseException:
+            op.keep_unsaved(learned)
+            raise
 
 
 def ensure_similarity_tables(db) -> None:
@@ -37,13 +67,18 @@ def ensure_similarity_tables(db) -> None:
         cur.execute(DDL + LEARNED_DDL)
 
 
-def save_similarity(db, name: str, snapshot: dict, learned: Sequence[str] = ()) -> None:
+def save_similarity(db, name: str, snapshot: dict, learned: Sequence[str] = (),
+                    forgotten: Sequence[str] = ()) -> None:
     """Save a Similarity Recall's state: ``snapshot`` (its statistics, as one JSON
     document) and ``learned``, the ids of the events learned since the last save, which
     are added to the operator's ids in a table of their own, in the same transaction (rewriting every id as JSON each maintenance round grows
-    with the history). The tables exist
+    with the history); ``forgotten``, ids of events taken back out of the statistics
+    (a retraction), leave that table in the same transaction. The tables exist
     (:func:`ensure_similarity_tables`): this runs every maintenance round."""
     with db.connection(autocommit=False) as conn, conn.cursor() as cur:
+        if forgotten:
+            cur.execute("DELETE FROM moirae_similarity_learned WHERE operator = %s AND eid = ANY(%s)",
+                        (name, list(forgotten)))
         cur.execute("INSERT INTO moirae_similarity_state (operator, version, snapshot) VALUES (%s, %s, %s) "
                     "ON CONFLICT (operator) DO UPDATE SET version = EXCLUDED.version, snapshot = EXCLUDED.snapshot, "
                     "saved_at = now()", (name, STATE_VERSION, json.dumps(snapshot)))

@@ -62,6 +62,27 @@ class DeployedQueries(Protocol):
     contexts: Mapping[str, list[ContextQuery]]
 
 
+class FlaggedReads:
+    """The archive as a re-run's contexts read it: every plain read (a Spark
+    context-query's inputs) through ``flags`` (removed rows out, corrected ones with
+    their new values: :meth:`moirae.retract.flagged.ArchiveFlags.rows`), and a SQL
+    context-query through the same flags inside its query (``row_flags``,
+    :mod:`archive.row_flags`). Everything else is the archive's own."""
+
+    def __init__(self, archiver: Archiver, flags) -> None:
+        self._archiver = archiver
+        self.row_flags = flags
+
+    def read(self, stream: str, start: datetime, end: datetime, with_ids: bool = False) -> pd.DataFrame:
+        frame = self._archiver.read(stream, start, end, with_ids=True)
+        if with_ids:
+            return frame
+        return self.row_flags.rows(stream, frame, self._archiver.stream(stream).ts_col)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._archiver, name)
+
+
 class Materializer:
     """Materialization of the deployed event-queries' histories (see the module doc)."""
 
@@ -152,8 +173,9 @@ class Materializer:
         ev_spec = arch.stream(flow.stream)
         outputs: list[tuple[str, pd.DataFrame, str | None]] = [(flow.stream, events, query.eid)]
         contexts = {}
+        reads = arch if self.flags is None else FlaggedReads(arch, self.flags)  # contexts read through the flags
         for cq in self.deployed.contexts.get(name, []):
-            cx, _schema = compute_context(self.spark(), arch, cq, events, ev_spec, query.eid, query.ts)
+            cx, _schema = compute_context(self.spark(), reads, cq, events, ev_spec, query.eid, query.ts)
             outputs.append((context_stream(name, cq.name), cx, query.eid))  # a live event's context rows are its own
             contexts[cq] = cx
         self.on_materialized(name, events, contexts)

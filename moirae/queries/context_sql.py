@@ -26,6 +26,10 @@ A Spark context-query costs a Spark job per batch (about a second on a loaded 2-
 machine); this costs one indexed SQL read (milliseconds), which is what keeps an
 event's context and its first similar past incident within a few triggers of the
 event's window closing.
+
+A stream with rows marked bad (a retraction, :mod:`archive.row_flags`; the archive's
+``row_flags``) is read through its flags: removed rows left out, corrected ones with
+their new values, live and re-materialized alike.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from datetime import timedelta
 
 import pandas as pd
 
-from archive import history
+from archive import history, row_flags
 from archive.errors import UnsafeQuery
 from archive.names import quote
 from archive.types import ColumnType, UnsupportedType
@@ -128,7 +132,10 @@ def _run_one(archiver, sql: str, inputs: tuple[str, ...], events: pd.DataFrame, 
     arrays = ", ".join(f"%(__ev{i})s::{types[c].value}[]" for i, c in enumerate(cols))
     events_cte = (f"WITH {EVENTS} AS (SELECT * FROM unnest({arrays}) AS {EVENTS}"
                   f"({', '.join(quote(c) for c in cols)}))")
-    text = history.render(sql, tuple((s, archiver.stream(s).ts_col) for s in inputs),
+    flags = getattr(archiver, "row_flags", None)
+    bad = row_flags.flagged(flags, inputs)  # streams with rows marked bad: read through their flags
+    text = history.render(row_flags.flagged_template(sql, bad) if bad else sql,
+                          tuple((s, archiver.stream(s).ts_col) for s in inputs),
                           archiver.reference_refs(read) if read else ())
     bound = {f"__ev{i}": _values(events[c]) for i, c in enumerate(cols)}
     if read:  # every event of this call sees the same version (run): read it as of the first
@@ -140,6 +147,8 @@ def _run_one(archiver, sql: str, inputs: tuple[str, ...], events: pd.DataFrame, 
         bound.update(__lo=lo.to_pydatetime(), __hi=hi.to_pydatetime())
     else:  # no events: an empty slice (the schema probe)
         bound.update(__lo=pd.Timestamp(0, tz="UTC").to_pydatetime(), __hi=pd.Timestamp(0, tz="UTC").to_pydatetime())
+    if bad:
+        bound.update(row_flags.flag_params(flags, bad, bound["__lo"], bound["__hi"]))
     full = f"{events_cte} SELECT * FROM ({text}) AS _context"
     names, oids, rows = archiver.db.retry(lambda: history.read_only(archiver.catalog, full, bound, what, sql), what)
     out_types = {}

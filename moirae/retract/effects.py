@@ -20,10 +20,16 @@ crosses its threshold: :mod:`moirae.retract.evaluate`) is, in order:
 5. taken out of the similarity statistics (E and C_k, M 3.5) of its event-query's
    Similarity Recalls (``SimilarityRecall.forget_event``, the exact inverse of learning
    it), so the similar-incident lists computed afterwards are those of a history that
-   never held it.
+   never held it; the statistics are saved at once, without its id among those learned
+   (:func:`moirae.ingest.persist.save_similarity`), so an undo after a restart learns it
+   again;
+6. out of the similar-incident lists already shown: every other alert whose list named
+   it has its list computed again and revised to it (:mod:`moirae.retract.relist`), so
+   the incident next in line takes its place.
 
-Restoring undoes each step. Revision tuples go to the results table and the bus,
-numbered after the event's newest output (``seq`` grows per operator and event).
+Restoring undoes each step (the lists that named it are computed again once it is
+back). Revision tuples go to the results table and the bus, numbered after the event's
+newest output (``seq`` grows per operator and event).
 """
 
 from __future__ import annotations
@@ -72,8 +78,19 @@ class Effects:
         self.results = results
         self.publish = publish
         self.incidents = incidents
+        #: () -> the alerts whose recall tasks still run (set by the service): their lists are left alone
+        self.open_events = None
+        self.relister = None
+        if similarity is not None and events is not None:
+            from moirae.retract.relist import Relister
+
+            self.relister = Relister(similarity, events, self, self._busy)
         with self.db.connection() as conn, conn.cursor() as cur:
             cur.execute(EVENT_ROWS_DDL)
+
+    def _busy(self) -> set[str]:
+        """Alerts whose lists are not recomputed: retracted, or their tasks still running."""
+        return set(self.store.retracted()) | set(self.open_events() if self.open_events is not None else ())
 
     # -- retract ------------------------------------------------------------------
 
@@ -85,11 +102,12 @@ class Effects:
         self.store.set_status(alerts, "retracted", reason, rid)
         self._sinks(alerts, graphs, True)
         incidents = self._incidents(alerts, rid, reason, retract=True)
-        revisions = self._revise_out(rid, alerts)
+        revisions, naming = self._revise_out(rid, alerts)
         removed = self._index(alerts, graphs, remove=True)
         stats = self._stats(alerts, forget=True)
+        relisted = self._relist(naming)
         return {"alerts": len(alerts), "incidents": incidents, "revisions": revisions, "index_removed": removed,
-                "stats_forgotten": stats}
+                "stats_forgotten": stats, "relisted": relisted}
 
     def restore(self, rid: int, alerts: Mapping[str, str], graphs: Mapping[str, QueryGraph]) -> dict[str, Any]:
         """Bring ``alerts`` back (their retraction ``rid`` undone, their support whole again)."""
@@ -98,11 +116,19 @@ class Effects:
         self.store.set_status(alerts, "active", None, None)
         self._sinks(alerts, graphs, False)
         incidents = self._incidents(alerts, rid, None, retract=False)
-        revisions = self._revise_in(rid, alerts)
+        revisions, naming = self._revise_in(rid, alerts)
         restored = self._index(alerts, graphs, remove=False)
         stats = self._stats(alerts, forget=False)
+        relisted = self._relist(naming)
         return {"alerts": len(alerts), "incidents": incidents, "revisions": revisions, "index_restored": restored,
-                "stats_relearned": stats}
+                "stats_relearned": stats, "relisted": relisted}
+
+    def _relist(self, eids: list[str]) -> dict[str, Any]:
+        """Recompute the similar-incident lists of ``eids`` (other alerts that named a
+        withdrawn or restored one): :mod:`moirae.retract.relist`."""
+        if self.relister is None or not eids:
+            return {"events": [], "revisions": 0}
+        return self.relister.relist(eids)
 
     # -- 1. provenance sinks ---------------------------------------------------------
 
@@ -192,9 +218,11 @@ class Effects:
                     log.debug("retract: publish failed: %s", exc)
         self.results.flush()
 
-    def _revise_out(self, rid: int, alerts: Mapping[str, str]) -> int:
+    def _revise_out(self, rid: int, alerts: Mapping[str, str]) -> tuple[int, list[str]]:
+        """DELETE revisions of the alerts' own rows and of other alerts' rows naming
+        them (kept for an undo); how many, and those other alerts."""
         if self.results is None:
-            return 0
+            return 0, []
         own = list(alerts)
         others = self._naming(own)
         kept, outs = [], []
@@ -211,12 +239,19 @@ class Effects:
                 kept.append((op, eid, key, ts, dict(row), cause))
         self.store.keep_revisions(rid, kept)
         self.emit(outs)
-        return len(outs)
+        return len(outs), sorted(others)
 
-    def _revise_in(self, rid: int, alerts: Mapping[str, str]) -> int:
+    def _revise_in(self, rid: int, alerts: Mapping[str, str]) -> tuple[int, list[str]]:
+        """INSERT revisions giving back the rows :meth:`_revise_out` deleted: the alerts'
+        own, and, unless their lists are recomputed (:meth:`_relist`), other alerts' rows
+        naming them; how many, and those other alerts."""
         if self.results is None:
-            return 0
+            return 0, []
         back = self.store.take_revisions(rid, list(alerts))
+        naming = sorted({eid for _, eid, _, _, _ in back if eid not in alerts})
+        if self.relister is not None:  # the lists of the operators it knows are recomputed instead
+            known = self.relister.names()
+            back = [b for b in back if b[1] in alerts or b[0] not in known]
         current = self.current(sorted({eid for _, eid, _, _, _ in back}))
         outs = []
         for op, eid, key, ts, row in back:
@@ -225,7 +260,7 @@ class Effects:
             current[(op, eid)] = (ts0, seq, rows)
             outs.append(Output(op, eid, ts, OutputKind.INSERT, seq, key, row, None))
         self.emit(outs)
-        return len(outs)
+        return len(outs), naming
 
     # -- 5. the similarity statistics ----------------------------------------------------
 
@@ -237,6 +272,7 @@ class Effects:
             return 0
         ops = self.similarity()
         n = 0
+        changed_ops: dict[str, tuple[Any, list[str]]] = {}
         for eid, ev in sorted(alerts.items()):
             rec = self.events.get(eid)
             if rec is None:
@@ -249,7 +285,22 @@ class Effects:
                                 eid, op.name, exc)
                     continue
                 n += bool(changed)
+                if changed:
+                    changed_ops.setdefault(op.name, (op, []))[1].append(eid)
+        for op, eids in changed_ops.values():
+            self._save_stats(op, eids if forget else [])
         return n
+
+    def _save_stats(self, op, forgotten: list[str]) -> None:
+        """Save ``op``'s statistics now, ``forgotten`` no longer among its learned ids, so
+        a restarted process holds what this one does (an undo then learns them again)."""
+        from moirae.ingest.persist import ensure_similarity_tables, save_operator
+
+        try:  # under the operator's save lock: a maintenance save never writes an older snapshot after it
+            ensure_similarity_tables(self.db)
+            save_operator(self.db, op.name, op, forgotten)
+        except Exception as exc:  # the maintenance round saves them again
+            log.warning("retract: saving the similarity statistics of %s failed: %s", op.name, exc)
 
     # -- 4. the similarity index ------------------------------------------------------
 

@@ -12,10 +12,13 @@ event's stored result is revised to the second with revision tuples (INSERT, UPD
 DELETE; M 4.6), numbered after its newest output. An undo runs the same with the two
 flag sets swapped, so it revises the norms back.
 
-Flags are applied inside the query (:func:`flagged_template`): each archived stream the
-template reads becomes that stream without its removed rows, plus its corrected rows
-with their new values (the corrected rows of the chunk being read, passed as JSON), so
+Flags are applied inside the query, by the archive's own history-query path given the
+flags to apply (:func:`archive.row_flags.flagged_template`): each archived
+stream the template reads becomes that stream without its removed rows, plus its
+corrected rows with their new values (those of the chunk being read, bound as JSON), so
 what the Recall computes equals a run over an archive that never held the bad values.
+The Recall of an alert raised after a retraction reads through the same path with the
+active flags (``Archiver.row_flags``, :class:`moirae.retract.flagged.ArchiveFlags`).
 
 Events retracted themselves are left alone (their outputs were deleted:
 :mod:`moirae.retract.effects`); so are events whose recall tasks are still running (the
@@ -24,69 +27,37 @@ task's next outputs would race the revision; it reads the archive as it is).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-import sqlglot
-from sqlglot import exp
-
 from archive.names import quote
+from archive.row_flags import FixedFlags
 from recall.api import EndReason, Interval, Output, OutputKind
 from recall.task import plan_chunks
 
 log = logging.getLogger(__name__)
 
-HIDDEN, FIXED = "moirae_flag_hidden", "moirae_flag_fixed"
-
 Flags = tuple[set[int], Mapping[int, Mapping[str, Any]]]  # removed ids, corrected id -> new values
 
 
-def flagged_template(sql: str, streams: Iterable[str]) -> str:
-    """``sql`` with each reference to one of ``streams`` read through its flags: the
-    stream without the rows whose ``_sid`` is in ``:moirae_flag_hidden`` (removed or
-    corrected), with the rows of ``:moirae_flag_fixed`` (a JSON array of corrected rows)
-    added. The archive slices the inner reference to the chunk as usual.
-
-    >>> flagged_template("SELECT avg(h.bw) FROM metrics h WHERE h.sid = :sid", ["metrics"])[:64]
-    'SELECT AVG(h.bw) FROM (SELECT * FROM "metrics" WHERE NOT _sid = '
-    """
-    names = set(streams)
-    tree = sqlglot.parse_one(sql, read="postgres")
-    ctes = {c.alias_or_name for c in tree.find_all(exp.CTE)}
-
-    def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Table) and node.name in names and node.name not in ctes:
-            alias = node.alias or node.name
-            t = quote(node.name)
-            return sqlglot.parse_one(
-                f"(SELECT * FROM {t} WHERE NOT _sid = ANY(CAST(:{HIDDEN} AS BIGINT[])) UNION ALL "
-                f"SELECT * FROM jsonb_populate_recordset(CAST(NULL AS {t}), CAST(:{FIXED} AS JSONB))) AS {quote(alias)}",
-                read="postgres")
-        return node
-
-    return tree.transform(swap).sql(dialect="postgres")
-
-
 def recall_result(store, op, event: Mapping[str, Any], flags: Flags,
-                  fixed_rows: Callable[[str, int], list[dict]] | None = None) -> dict[str, dict]:
+                  fixed_rows: Callable[[str, datetime, datetime], list[dict]] | None = None) -> dict[str, dict]:
     """The result (key -> row) standard Recall ``op`` gives ``event`` over the whole of
     its history in ``store`` with ``flags`` applied, as a completed task emits it.
-    ``fixed_rows(stream, chunk_id)`` gives the corrected rows of a chunk (default none)."""
+    ``fixed_rows(stream, lo, hi)`` gives the corrected rows of a stream in ``[lo, hi)``
+    (default none). The flags go to the archive's history-query path in place of its
+    own (:mod:`archive.row_flags`)."""
     spec = op.task_for(event)
     streams = spec.query.streams
-    query = store.prepare(flagged_template(spec.query.template, streams))
     removed, corrected = flags
-    hidden = sorted({int(s) for s in removed} | {int(s) for s in corrected})
+    given = FixedFlags(streams, removed, corrected, fixed_rows)
     grid = store.grid_for(streams)
     state = op.start(spec)
     for chunk_id in plan_chunks(store.chunk_ids(streams), grid, spec.event_ts, spec.bound):
-        fixed = [] if fixed_rows is None else [r for s in streams for r in fixed_rows(s, chunk_id)]
-        params = {**spec.params, HIDDEN: hidden, FIXED: json.dumps(fixed, default=str)}
-        rows = store.run_history_query(query, params, chunk_id)
+        rows = store.run_history_query(spec.query, spec.params, chunk_id, flags=given)
         lo, hi = grid.bounds(chunk_id)
         if spec.bound is not None and spec.bound > lo:
             lo = spec.bound
@@ -95,24 +66,22 @@ def recall_result(store, op, event: Mapping[str, Any], flags: Flags,
     return dict(state.emitted)
 
 
-def corrected_rows(archive, corrected: Mapping[int, Mapping[str, Any]]) -> Callable[[str, int], list[dict]]:
+def corrected_rows(archive, corrected: Mapping[int, Mapping[str, Any]]) -> Callable[[str, datetime, datetime],
+                                                                                      list[dict]]:
     """``fixed_rows`` for :func:`recall_result`: the archived rows of ``corrected`` with
-    their new values, by stream and chunk (read once)."""
-    cache: dict[str, dict[int, list[dict]]] = {}
+    their new values, by stream and time (read once per stream)."""
+    cache: dict[str, list[tuple[datetime, dict]]] = {}
 
-    def rows(stream: str, chunk_id: int) -> list[dict]:
+    def rows(stream: str, lo: datetime, hi: datetime) -> list[dict]:
         if not corrected:
             return []
         if stream not in cache:
-            spec, grid = archive.stream(stream), archive.grid_for([stream])
-            by: dict[int, list[dict]] = {}
+            spec = archive.stream(stream)
             with archive.db.connection() as conn, conn.cursor() as cur:
                 cur.execute(f"SELECT _sid, {quote(spec.ts_col)}, to_jsonb(t) FROM {quote(stream)} t "
                             "WHERE _sid = ANY(%s)", (sorted(int(s) for s in corrected),))
-                for sid, ts, row in cur.fetchall():
-                    by.setdefault(grid.chunk_of(ts), []).append({**row, **corrected[int(sid)]})
-            cache[stream] = by
-        return cache[stream].get(chunk_id, [])
+                cache[stream] = [(ts, {**row, **corrected[int(sid)]}) for sid, ts, row in cur.fetchall()]
+        return [row for ts, row in cache[stream] if lo <= ts < hi]
     return rows
 
 
@@ -132,6 +101,27 @@ def same(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]])
             elif x != y:
                 return False
     return True
+
+
+def revision_tuples(operator: str, eid: str, ts: datetime, seq: int, rows: Mapping[str, Mapping[str, Any]],
+                    new: Mapping[str, Mapping[str, Any]], keep: Iterable[str] = ()) -> list[Output]:
+    """Revision tuples (M 4.6) turning ``rows``, the result held for (``operator``,
+    ``eid``) with newest seq ``seq``, into ``new``: DELETE what went, INSERT what came,
+    UPDATE what changed (:func:`same`), numbered on from ``seq``; keys in ``keep`` are
+    left alone."""
+    keep = set(keep)
+    out = []
+    for key in sorted(k for k in rows if k not in new and k not in keep):
+        seq += 1
+        out.append(Output(operator, eid, ts, OutputKind.DELETE, seq, key, dict(rows[key]), None))
+    for key, row in sorted(new.items()):
+        old = rows.get(key)
+        if key in keep or (old is not None and same({key: old}, {key: row})):
+            continue
+        seq += 1
+        out.append(Output(operator, eid, ts, OutputKind.INSERT if old is None else OutputKind.UPDATE,
+                          seq, key, dict(row), None))
+    return out
 
 
 class NormReviser:
@@ -204,15 +194,4 @@ class NormReviser:
         if current is None:
             return []
         ts, seq, rows = current
-        out = []
-        for key in sorted(k for k in rows if k not in new):
-            seq += 1
-            out.append(Output(operator, eid, ts, OutputKind.DELETE, seq, key, dict(rows[key]), None))
-        for key, row in sorted(new.items()):
-            old = rows.get(key)
-            if old is not None and same({key: old}, {key: row}):
-                continue
-            seq += 1
-            kind = OutputKind.INSERT if old is None else OutputKind.UPDATE
-            out.append(Output(operator, eid, ts, kind, seq, key, dict(row), None))
-        return out
+        return revision_tuples(operator, eid, ts, seq, rows, new)

@@ -33,6 +33,7 @@ from typing import Any
 from moirae.retract.effects import Effects
 from moirae.retract.errors import BadSelection, TooBroad
 from moirae.retract.evaluate import Evaluator, Verdict
+from moirae.retract.flagged import ArchiveFlags
 from moirae.retract.lookup import QueryGraph, affected, forward
 from moirae.retract.selection import Selection, archived_rows, resolve, stream_spec
 from moirae.retract.store import RetractionStore
@@ -57,13 +58,14 @@ class Retractions:
                  audit: Callable[[str, str, str | None, dict], None] | None = None,
                  max_share: float = MAX_SHARE, plans: Callable[[], Mapping[str, Any]] | None = None,
                  events=None, recalls: Callable[[], Mapping[str, Any]] | None = None,
-                 open_events: Callable[[], Any] | None = None, similarity=None) -> None:
+                 open_events: Callable[[], Any] | None = None, similarity=None, deploy=None) -> None:
         self.db = db
         self.archive = archive
         self.graphs = graphs
         self.evaluator = evaluator
         self.store = RetractionStore(db)
         self.effects = Effects(self.store, archive, results, publish, incidents, similarity, events)
+        self.effects.open_events = open_events
         self.norms = None
         if recalls is not None and events is not None:
             from moirae.retract.norms import NormReviser
@@ -71,8 +73,16 @@ class Retractions:
             self.norms = NormReviser(archive, recalls, events, self.effects, open_events, self.store.retracted)
         self._audit = audit
         self.max_share = max_share
+        if getattr(archive, "row_flags", False) is None:  # history-queries read through the flags
+            archive.row_flags = ArchiveFlags(db)
         self.plans = plans
         self.events = events
+        #: pattern matches a change reveals, revises or ends (:mod:`moirae.retract.patterns`)
+        self.patterns = None
+        if deploy is not None and events is not None:
+            from moirae.retract.patterns import PatternRematcher
+
+            self.patterns = PatternRematcher(db, archive, deploy, self.effects, self.store, events, publish)
         self._lock = threading.RLock()
         self._local = threading.local()
 
@@ -124,13 +134,25 @@ class Retractions:
             new_values = dict(set_values) if set_values else None
             rid = self.store.create(kind, stream, {**sel.to_json(), **({"set": new_values} if new_values else {})},
                                     reason, author, [(sid, ts, new_values) for _, sid, ts, _ in rows])
+            self._flags_changed()
             self._record(author, kind, rid, {"stream": stream, "selection": sel.to_json(), "rows": len(rows),
                                              "reason": reason, **({"set": new_values} if new_values else {})})
             outcome = self._evaluate(rid, [sid for _, sid, _, _ in rows], reason, author)
             raised = self._raise_hidden(rid, stream, rows, author)
+            patterns = self._rematch(rid, stream, [(sid, ts) for _, sid, ts, _ in rows], before, reason)
             norms = self._revise_norms(rid, stream, [(sid, ts) for _, sid, ts, _ in rows], before, author)
-        return {"id": rid, "kind": kind, "stream": stream, "rows": len(rows), **outcome, "raised": raised,
-                "norms": norms}
+        return {"id": rid, "kind": kind, "stream": stream, "rows": len(rows), **outcome,
+                "raised": sorted({*raised, *patterns.get("raised", ())}), "norms": norms,
+                **({"patterns": patterns} if patterns else {})}
+
+    def _rematch(self, rid: int, stream: str, rows: list, before, reason: str, undo: bool = False) -> dict:
+        """Reconcile the pattern event-queries over ``stream`` with the flags' change from
+        ``before`` to now (:mod:`moirae.retract.patterns`); {} without pattern queries."""
+        if self.patterns is None or not rows:
+            return {}
+        out = self.patterns.reconcile(rid, stream, rows, before, self.store.active_flags(), reason, self.graphs(),
+                                      self._record, undo)
+        return out if any(out.values()) else {}
 
     def _revise_norms(self, rid: int, stream: str, rows: list, before, author: str) -> dict[str, Any]:
         """Revise the Recall outputs of any alert that read ``rows`` (:mod:`moirae.retract.norms`)
@@ -216,6 +238,7 @@ class Retractions:
             changed = self.effects.retract(rid, gone, reason, graphs)
             for eid, q in sorted(gone.items()):
                 self._record(author, "alert retracted", eid, {"event": q, "retraction": rid, "why": why[eid]})
+            self._record_relisted(author, rid, changed)
         return {"affected": len(hit), "retracted": sorted(gone), "kept": sorted(kept),
                 "inexact": sorted(e for e, v in verdicts.items() if not v.exact),
                 "verdicts": {e: {"holds": v.holds, "why": v.why, "value": v.value} for e, v in verdicts.items()},
@@ -249,6 +272,7 @@ class Retractions:
             if not self.store.mark_undone(rid, author):
                 return {"id": rid, "undone": False, "message": f"retraction {rid} was undone already",
                         "restored": [], "still_retracted": []}
+            self._flags_changed()
             self._record(author, "retraction undone", rid, {"stream": r.stream})
             withdrawn = self.store.retracted_by(rid)
             verdicts = self._verdicts(withdrawn)
@@ -263,9 +287,12 @@ class Retractions:
                     self.store.move_revisions(rid, other, eid)
             for eid, q in sorted(back.items()):
                 self._record(author, "alert restored", eid, {"event": q, "retraction": rid})
+            self._record_relisted(author, rid, changes)
             raised = self.store.raised_by(rid)  # what the bad correction itself raised goes again
             if raised:
                 self.effects.retract(rid, raised, f"retraction {rid} undone", self.graphs())
+            patterns = self._rematch(rid, r.stream, [(sid, ts) for _, sid, ts, _ in self.store.rows_of(rid)], before,
+                                     f"retraction {rid} undone", undo=True)
             rows = [sid for _, sid, _, _ in self.store.rows_of(rid)]
             # a correction undone may withdraw alerts it had raised or kept standing
             again = self._evaluate(rid, rows, f"retraction {rid} undone", author) if r.kind == "correction" else {}
@@ -273,6 +300,7 @@ class Retractions:
                                        before, author)
         return {"id": rid, "undone": True, "restored": sorted(back), "still_retracted": sorted(still),
                 "changes": changes, "withdrawn": sorted(raised), "norms": norms,
+                **({"patterns": patterns} if patterns else {}),
                 **({"re_evaluated": again} if again else {})}
 
     def _active_cause(self, eid: str) -> int | None:
@@ -304,14 +332,16 @@ class Retractions:
                     continue
                 rows = resolve(self.archive, sel)
                 nv = r.selection.get("set")
-                before = self.store.active_flags() if self.norms is not None else None
+                before = self.store.active_flags() if self.norms is not None or self.patterns is not None else None
                 new = self.store.flag(r.id, r.stream, [(sid, ts, nv) for _, sid, ts, _ in rows])
                 if new:
+                    self._flags_changed()
                     flagged += len(new)
                     self._record("engine", "late rows flagged", r.id, {"rows": len(new)})
                     # every alert the late rows fed is evaluated again, not only new ones
                     evaluated += self._evaluate(r.id, new, r.reason, "engine")["retracted"]
                     late = set(new)
+                    self._rematch(r.id, r.stream, [(sid, ts) for _, sid, ts, _ in rows if sid in late], before, r.reason)
                     self._revise_norms(r.id, r.stream, [(sid, ts) for _, sid, ts, _ in rows if sid in late],
                                        before, "engine")
             removed, corrected = self.store.active_flags()
@@ -345,6 +375,19 @@ class Retractions:
         rows = resolve(self.archive, sel)
         return {"selection": sel.to_json(), **forward(list(self.graphs().values()), self.db,
                                                        [(s, i, t) for s, i, t, _ in rows], self.archive.horizon)}
+
+    def _record_relisted(self, author: str, rid: int, changes: Mapping[str, Any]) -> None:
+        """Audit the similar-incident lists the change revised (:mod:`moirae.retract.relist`)."""
+        relisted = changes.get("relisted") or {}
+        if relisted.get("events"):
+            self._record(author, "similar lists revised", rid, dict(relisted))
+
+    def _flags_changed(self) -> None:
+        """The active flags changed: the archive's history-queries read them again
+        (:class:`moirae.retract.flagged.ArchiveFlags`)."""
+        flags = getattr(self.archive, "row_flags", None)
+        if flags is not None and hasattr(flags, "invalidate"):
+            flags.invalidate()
 
     def _record(self, actor: str, action: str, target: Any, detail: dict) -> None:
         audit = getattr(self._local, "audit", None) or self._audit

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 
 from archive.archiver import Archiver
+from archive.row_flags import flagged_template
 from archive.settings import ArchiveSettings
 from archive.streams import StreamSpec
 from moirae.config import ConfigError, load
 from moirae.errors import TooBroad
 from moirae.ingest.events import EventLog, EventRecord
 from moirae.retract.evaluate import LineageEvaluator
-from moirae.retract.norms import flagged_template
 from moirae.retract.service import Retractions
 from recall.api import EndReason, Interval, Output, OutputKind
 from recall.operator import Recall
