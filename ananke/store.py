@@ -248,7 +248,7 @@ def _ints(values) -> str:
     >>> _ints([1, -2, 3])
     '{1,-2,3}'
     """
-    return "{" + ",".join(str(int(v)) for v in values) + "}"
+    return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
 def _times(values) -> str:

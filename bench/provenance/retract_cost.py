@@ -14,9 +14,11 @@ window), both sides produce the alerts of every affected window:
 - **polynomials** (:mod:`moirae.retract`): the alerts the changed rows fed by forward
   lookup in the store (one indexed query), their polynomials evaluated with the
   removed rows at zero (``ananke/poly_eval.py:evaluate_many``), and the windows without
-  an alert the changes touch recomputed from their archived rows
-  (``moirae/retract/hidden.py:hidden_windows``; the stream has the index on ``(host,
-  ts)`` a recent chunk of a stream declared with that index has);
+  an alert the changes touch, and those a late row joins, recomputed without reading
+  their rows: PostgreSQL's partial aggregates over the archived rows but the removed
+  ones, the late rows merged in with numpy (``moirae/retract/hidden.py:hidden_windows``,
+  ``moirae/retract/partials.py``; the stream has the index on ``(host, ts)`` a recent
+  chunk of a stream declared with that index has);
 - **Spark**: the day's rows as a cached DataFrame (read and counted before timing:
   Spark's best case), the affected windows' rows selected, the removed rows anti-joined
   out and the inserted ones unioned in, grouped, averaged and filtered, collected.
@@ -103,7 +105,7 @@ def poly_side(store, pl, payloads, archive, removed: set[int], inserted: list[di
     hit = store.polys_of(sorted(removed)) if removed else []
     outcomes = evaluate_many(pl, [(sid, poly, payloads[sid]) for _s, sid, _t, poly in hit], removed)
     standing = {sid for sid, o in outcomes.items() if o.holds}
-    # a window a late row joins is recomputed whole (its polynomial gains a term the store has not)
+    # a window a late row joins is recomputed from its partials (its polynomial gains a term the store has not)
     grown = {(r["host"], _floor(r["ts"])) for r in inserted}
     alerted = set()
     for sid in payloads:  # windows of every alert still standing, for the hidden-window check
@@ -111,15 +113,9 @@ def poly_side(store, pl, payloads, archive, removed: set[int], inserted: list[di
         lo = p["ts"] + timedelta(microseconds=1) - WINDOW
         if (sid in standing or sid not in outcomes) and (p["host"], lo) not in grown:
             alerted.add(((p["host"],), lo, lo + WINDOW))
-    read = archive_reader(archive, "metrics", "ts")
-    if inserted:
-        base = read
-
-        def read(plan_, wins):  # the archive's rows plus the late rows being inserted
-            mine = {(w[0][0], w[1]) for w in wins}
-            return base(plan_, wins) + [(r["_sid"], r) for r in inserted if (r["host"], _floor(r["ts"])) in mine]
-    found = hidden_windows(pl, read, changed_rows, removed, {}, alerted,
-                           None if inserted else archive_aggregator(archive, "metrics", "ts"))
+    late = [(r["_sid"], r["ts"], {"host": r["host"], "bw": r["bw"]}) for r in inserted]
+    found = hidden_windows(pl, archive_reader(archive, "metrics", "ts"), changed_rows, removed, {}, alerted,
+                           archive_aggregator(archive, "metrics", "ts"), inserted=late)
     out = {(p["host"], p["ts"] + timedelta(microseconds=1) - WINDOW) for sid, p in payloads.items()
            if sid in standing} - grown
     out |= {(w[0][0], w[1]) for w, _ in found}

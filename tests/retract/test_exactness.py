@@ -120,3 +120,41 @@ def test_join_alerts_after_maintenance_equal_a_rerun(lraw, rraw, data):
     kept = {p for p in pairs if evaluate(JOIN, Poly(np.array(p), None, 2), {}, removed, corrected).holds}
     alive = {r["_sid"] for r in after}
     assert kept == joined([r for r in left if r["_sid"] in alive], [r for r in right if r["_sid"] in alive])
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=st.lists(row_st, max_size=30), late_raw=st.lists(row_st, min_size=1, max_size=8), data=st.data())
+def test_window_alerts_after_late_rows_and_retractions_equal_a_rerun(raw, late_raw, data):
+    """HUKA's mixes of inserts and deletes: late rows join their windows (an alert's window
+    they join is recomputed, its polynomial lacking their terms), retracted rows leave."""
+    rows = rows_of(raw)
+    late = rows_of(late_raw, 10_000)
+    before = windows(rows)
+    alerts = window_alerts(rows)
+    removed = set(data.draw(st.lists(st.sampled_from([r["_sid"] for r in rows]), max_size=6))) if rows else set()
+    after = [r for r in rows if r["_sid"] not in removed]
+    grown = set(windows(late))
+    kept = {}
+    for w, avg in alerts.items():
+        if w in grown:
+            continue
+        ms = before[w]
+        poly = Poly(np.array([m["_sid"] for m in ms]), np.array([[m["bw"]] for m in ms]))
+        out = evaluate(WINDOW, poly, {"k": w[0][0], "ts": w[2] - timedelta(microseconds=1), "avg_bw": avg,
+                                      "n": len(ms)}, removed)
+        if out.holds:
+            kept[w] = out.values["avg_bw"]
+
+    def read(plan, wins):
+        mine = {(w[0], w[1]) for w in wins}
+        return [(r["_sid"], {k: v for k, v in r.items() if k != "_sid"}) for r in rows
+                if ((r["k"],), T0 + timedelta(minutes=(r["ts"] - T0) // timedelta(minutes=1))) in mine]
+
+    inserted = [(r["_sid"], r["ts"], {"k": r["k"], "bw": r["bw"]}) for r in late]
+    for w, values in hidden_windows(WINDOW, read, changed_rows(rows, removed, {}), removed, {}, set(kept),
+                                    inserted=inserted):
+        assert w not in kept
+        kept[w] = values["avg_bw"]
+    want = window_alerts(after + late)
+    assert set(kept) == set(want)
+    assert all(abs(kept[w] - want[w]) < 1e-9 for w in want)
