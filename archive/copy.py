@@ -8,7 +8,7 @@ and ``''`` stay distinct. Binary rather than CSV: the server then parses no fiel
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -56,8 +56,15 @@ _FIXED = {ColumnType.BIGINT: ">i8", ColumnType.DOUBLE: ">f8", ColumnType.TIMESTA
 
 
 def arrow_to_copy_binary(table: pa.Table, columns: Sequence[tuple[str, ColumnType]]) -> bytes:
-    """``table``'s ``columns`` in PostgreSQL's binary COPY format: no text formatting on
-    this side and no parsing on the server's.
+    """``table``'s ``columns`` in PostgreSQL's binary COPY format, header and trailer
+    included (:func:`arrow_to_copy_rows` gives the rows alone)."""
+    return b"".join((_HEADER, arrow_to_copy_rows(table, columns), _TRAILER))
+
+
+def arrow_to_copy_rows(table: pa.Table, columns: Sequence[tuple[str, ColumnType]]) -> bytes:
+    """``table``'s ``columns`` as the rows of a binary COPY, without its header and
+    trailer (:func:`copy_binary_stream` adds them): no text formatting on this side and
+    no parsing on the server's.
 
     Each value becomes its field (a big-endian int32 length, -1 for null, then the
     value's big-endian bytes; a timestamp is microseconds since 2000-01-01). Fields of a
@@ -71,7 +78,7 @@ def arrow_to_copy_binary(table: pa.Table, columns: Sequence[tuple[str, ColumnTyp
     """
     n = table.num_rows
     if n == 0:
-        return _HEADER + _TRAILER
+        return b""
     runs = _Runs(n)
     runs.field(">i2", len(columns))
     for name, ctype in columns:
@@ -95,12 +102,11 @@ def arrow_to_copy_binary(table: pa.Table, columns: Sequence[tuple[str, ColumnTyp
                               pa.scalar(b"\xff\xff\xff\xff", pa.large_binary())))
     pieces = runs.done()
     if len(pieces) == 1 and isinstance(pieces[0], np.ndarray):  # fixed-width rows: already the body
-        return b"".join((_HEADER, pieces[0].tobytes(), _TRAILER))
+        return pieces[0].tobytes()
     rows = pc.binary_join_element_wise(*(_fixed(p) if isinstance(p, np.ndarray) else p for p in pieces),
                                        pa.scalar(b"", pa.large_binary()))
     offsets = np.frombuffer(rows.buffers()[1], dtype=np.int64)[rows.offset:rows.offset + n + 1]
-    body = memoryview(rows.buffers()[2])[int(offsets[0]):int(offsets[-1])]
-    return b"".join((_HEADER, body, _TRAILER))
+    return bytes(memoryview(rows.buffers()[2])[int(offsets[0]):int(offsets[-1])])
 
 
 class _Runs:
@@ -154,3 +160,61 @@ def copy_binary(cur, table: str, column_names: Sequence[str], payload: bytes) ->
     cols = ", ".join(quote(c) for c in column_names)
     cur.copy_expert(f"COPY {quote(table)} ({cols}) FROM STDIN WITH (FORMAT binary)", io.BytesIO(payload),
                     size=1 << 20)  # psycopg2 reads the payload this many bytes a call (default 8 KiB)
+
+
+def copy_binary_stream(cur, table: str, column_names: Sequence[str], rows: Iterable[bytes]) -> None:
+    """One binary COPY into ``table`` whose rows are the pieces ``rows`` yields
+    (:func:`arrow_to_copy_rows`), sent as each comes: the server inserts one piece
+    while the next is being made, and however many pieces there are, the server sets up
+    one COPY, not one a piece (its fixed cost per statement made 10,000-row statements
+    cost it about half as much again per row as 50,000-row ones).
+
+    ``rows`` may read from elsewhere while the COPY is open, but not on this
+    connection. An exception it raises makes the server abort the COPY (no row of it is
+    inserted) and is raised here; the caller's transaction must then be rolled back.
+
+    >>> class Cur:  # what the server receives
+    ...     def copy_expert(self, sql, f, size):
+    ...         self.sql, self.got = sql, b"".join(iter(lambda: f.read(size), b""))
+    >>> cur = Cur()
+    >>> copy_binary_stream(cur, "t", ["a"], iter([b"r1", b"", b"r2"]))
+    >>> cur.sql, cur.got == _HEADER + b"r1r2" + _TRAILER
+    ('COPY "t" ("a") FROM STDIN WITH (FORMAT binary)', True)
+    """
+    feed = _Feed(rows)
+    cols = ", ".join(quote(c) for c in column_names)
+    try:
+        cur.copy_expert(f"COPY {quote(table)} ({cols}) FROM STDIN WITH (FORMAT binary)", feed, size=1 << 20)
+    except Exception as exc:
+        if feed.error is None:
+            raise
+        raise feed.error from exc  # psycopg2 aborted the COPY for it ("error in .read() call")
+
+
+class _Feed:
+    """The file psycopg2 reads a streamed COPY from: the header, each non-empty piece
+    (of any length: psycopg2 sends what ``read`` returns), the trailer, then end. An
+    exception of the pieces' source is kept and raised on: psycopg2 then aborts the COPY."""
+
+    def __init__(self, rows: Iterable[bytes]) -> None:
+        self.rows, self.started, self.ended = iter(rows), False, False
+        self.error: BaseException | None = None
+
+    def read(self, _size: int = -1) -> bytes:
+        if not self.started:
+            self.started = True
+            return _HEADER
+        while not self.ended:
+            try:
+                piece = next(self.rows)
+            except StopIteration:
+                break
+            except BaseException as exc:
+                self.error = exc
+                raise
+            if piece:
+                return piece
+        if self.ended:
+            return b""
+        self.ended = True
+        return _TRAILER

@@ -3,9 +3,10 @@
 :func:`archive.exec_sink.write_partition` starts writing once the whole partition has
 reached the Python worker: the JVM produces the rows, then PostgreSQL inserts them,
 one after the other, each leaving the other's core idle. Here each Arrow batch the JVM hands over (at most
-``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) is split by chunk and COPYed into
-its chunks' partitions while the JVM produces the next, in the one data transaction of
-the partition.
+``spark.sql.execution.arrow.maxRecordsPerBatch`` rows) is split by chunk, encoded and
+sent into an open COPY of its chunk while the JVM produces the next, in the one data
+transaction of the partition: one COPY per chunk the partition reaches, not one per
+Arrow batch (:func:`write_streamed`).
 
 Exactly-once is kept as in :mod:`archive.exec_sink`: the partition's
 ``moirae_batch_parts`` row is inserted before its first row (a partition written before
@@ -32,17 +33,19 @@ always went (with its retries).
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from archive import chunks as chunk_sql
+from archive.copy import arrow_to_copy_rows, copy_binary_stream
 from archive.exec_sink import (
     PartitionJob,
+    by_chunk,
     catalog_tiers,
     connect,
-    copy_rows,
     create_missing,
     drop_worker_connection,
     sort_by,
@@ -50,6 +53,7 @@ from archive.exec_sink import (
     worker_connection,
     write_with_retry,
 )
+from archive.names import partition_name
 from archive.validate import insert_dead_letters
 
 
@@ -97,51 +101,115 @@ def blocks(job: PartitionJob, batches: Iterator[pa.RecordBatch], received: list[
         yield pa.Table.from_batches(pending)
 
 
+class _Arriving:
+    """A partition's rows as they arrive: each block checked (dead letters apart),
+    sorted when clustered, split by chunk and encoded, then queued by chunk until a
+    COPY sends it (:meth:`session`)."""
+
+    def __init__(self, job: PartitionJob, batches: Iterator[pa.RecordBatch], received: list[pa.RecordBatch]) -> None:
+        self.job = job
+        self.blocks = blocks(job, batches, received, CLUSTER_BLOCK_ROWS)
+        self.queued: dict[int, deque[bytes]] = {}  # chunk -> encoded rows not yet sent
+        self.rows: dict[int, int] = {}  # chunk -> rows encoded
+        self.new: list[int] = []  # chunks reached whose tier is not known yet
+        self.dead: list = []
+        self.max_us: int | None = None
+        self.done = False
+
+    def pull(self, tiers: dict[int, str]) -> None:
+        """Take the next block (``done`` when there is none left)."""
+        spec = self.job.spec
+        block = next(self.blocks, None)
+        if block is None:
+            self.done = True
+            return
+        good, dead = split_arrow(block, spec)
+        self.dead += dead
+        if not good.num_rows:
+            return
+        good = sort_by(good, self.job.cluster)  # as write_partition does: BRIN then skips other keys' rows
+        us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
+        top = int(us.max())
+        self.max_us = top if self.max_us is None else max(self.max_us, top)
+        chunk_of = np.floor_divide(us, self.job.span_us)
+        lo, hi = int(chunk_of.min()), int(chunk_of.max())
+        ids = [lo] if lo == hi else np.unique(chunk_of).tolist()  # a block is mostly within one chunk
+        good = good.append_column("_batch", pa.array(np.full(good.num_rows, self.job.batch_id, dtype=np.int64)))
+        for cid, rows in by_chunk(good, chunk_of, ids):
+            self.queued.setdefault(cid, deque()).append(arrow_to_copy_rows(rows, spec.stored_columns))
+            self.rows[cid] = self.rows.get(cid, 0) + rows.num_rows
+            if cid not in tiers and cid not in self.new:
+                self.new.append(cid)
+
+    def next_chunk(self) -> int | None:
+        """The chunk to COPY into next: the one with the most rows queued (the stream's
+        current chunk; late rows' chunks wait, so they do not break its COPY up)."""
+        waiting = {c: sum(len(p) for p in q) for c, q in self.queued.items() if q}
+        return max(waiting, key=waiting.__getitem__) if waiting else None
+
+    def session(self, chunk: int, tiers: dict[int, str]) -> Iterator[bytes]:
+        """The rows for one COPY into ``chunk``: those queued, then those of each block
+        that arrives meanwhile, for as long as each brings rows for ``chunk`` and no
+        chunk of unknown tier (which must be looked up, or created, on the data
+        connection first, between two COPYs)."""
+        q = self.queued[chunk]
+        while True:
+            while q:
+                yield q.popleft()
+            if self.done or self.new:
+                return
+            self.pull(tiers)
+            if not q:
+                return
+
+
 def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatch],
                    received: list[pa.RecordBatch]) -> tuple[int, int, bool, list[int]] | None:
     """Archive partition ``part`` from ``batches`` as they come, appending each to
     ``received``; the result as :func:`archive.exec_sink.write_partition` gives it, or
     None when it gave up (nothing written, ``batches`` drained into ``received``): the
-    caller then writes ``received`` the whole-partition way."""
+    caller then writes ``received`` the whole-partition way.
+
+    A chunk's rows go in one COPY that stays open while the next blocks arrive
+    (:func:`archive.copy.copy_binary_stream`): the server inserts a block while the
+    worker receives and encodes the next, and sets up one COPY per chunk rather than
+    one per Arrow batch. A COPY ends when a block brings no rows for its chunk (the
+    stream moved on; the next COPY takes the chunk with most rows waiting) or reaches
+    a chunk whose tier is not known yet; rows of the other chunks wait, encoded, in
+    memory, and all are sent before the commit."""
     from archive.pg import is_connection_lost
 
     spec = job.spec
     tiers: dict[int, str] = {}
-    counts: dict[int, list[int]] = {}  # chunk -> [rows, late rows]
-    dead_letters: list = []
-    rows, max_us, opened = 0, None, False
+    columns = [c for c, _ in spec.stored_columns]
+    feed = _Arriving(job, batches, received)
+    opened = False
     try:
         conn = worker_connection(job.dsn, job.schema)  # unreachable: the whole way retries, as below
         with conn.cursor() as cur:
-            for block in blocks(job, batches, received, CLUSTER_BLOCK_ROWS):
-                good, dead = split_arrow(block, spec)
-                good = sort_by(good, job.cluster)  # as write_partition does: BRIN then skips other keys' rows
-                dead_letters += dead
-                if not good.num_rows:
+            while True:
+                if feed.new:
+                    if not _reach(cur, job, tiers, feed.new):
+                        return _give_up(conn, batches, received)
+                    feed.new = []
+                chunk = feed.next_chunk()
+                if chunk is None:
+                    if feed.done:
+                        break
+                    feed.pull(tiers)
                     continue
-                us = np.asarray(good.column(spec.ts_col).cast(pa.int64()))
-                max_us = max(int(us.max()), max_us if max_us is not None else int(us.max()))
-                chunk_of = np.floor_divide(us, job.span_us)
-                ids, n = np.unique(chunk_of, return_counts=True)
-                ids = ids.tolist()
-                new = [c for c in ids if c not in tiers]
-                if new and not _reach(cur, job, tiers, new):
-                    return _give_up(conn, batches, received)
                 if not opened:
                     if not _open_part(cur, job, part):  # written before (a replay, a retried task)
                         conn.rollback()
                         received.extend(batches)
                         return 0, 0, True, []
                     opened = True
-                copy_rows(cur, job, good, (chunk_of, ids))
-                for cid, k in zip(ids, n.tolist(), strict=True):
-                    c = counts.setdefault(cid, [0, 0])
-                    c[0] += k
-                    c[1] += k if tiers[cid] != "present" else 0  # late: its chunk left the present tier (M 4.1)
-                rows += good.num_rows
+                copy_binary_stream(cur, partition_name(spec.name, chunk), columns, feed.session(chunk, tiers))
             if not opened:  # no row to write (empty, or all dead letters): the whole way records it
                 return _give_up(conn, batches, received)
-            _close_part(cur, job, part, rows, dead_letters, counts, max_us)
+            # late: its chunk had left the present tier when this partition first reached it (M 4.1)
+            counts = {c: [n, n if tiers[c] != "present" else 0] for c, n in feed.rows.items()}
+            _close_part(cur, job, part, sum(feed.rows.values()), feed.dead, counts, feed.max_us)
         conn.commit()
     except BaseException as exc:
         drop_worker_connection(job.dsn, job.schema)
@@ -149,7 +217,7 @@ def write_streamed(job: PartitionJob, part: int, batches: Iterator[pa.RecordBatc
             received.extend(batches)
             return None
         raise
-    return rows, len(dead_letters), False, []
+    return sum(feed.rows.values()), len(feed.dead), False, []
 
 
 def _reach(cur, job: PartitionJob, tiers: dict[int, str], new: list[int]) -> bool:

@@ -27,11 +27,14 @@ every streaming query of the configuration keeps its p90 batch time at or below 
 trigger interval and completes at least 80 % of the triggers the time allows. Targets:
 archive-only >= 0.6x PostgreSQL's binary COPY of the same rows by one client
 (:func:`copy_ceiling`, same run, same cores), and the full engine >= 0.5x archive-only;
-the ratios to plain Spark are reported.
+the ratios to plain Spark are reported. Beside the one-client ceiling, two ceilings are
+reported: two clients COPYing at once (the archive writes a source's two partitions at
+once), and one client's COPY followed by the B-tree the archive builds on a chunk when it
+leaves the present tier (the work a held capacity pays once a chunk and the COPY does not).
 
 Each engine configuration's capacity is then run again for ``--hold`` seconds (150 by
 default), long enough for a whole 1-minute chunk to fill and be demoted inside the
-measured time, and stepped down by 3/4 until it holds (:func:`held`).
+measured time, and stepped down by 10 % until it holds (:func:`held`).
 
 ``--soak MINUTES`` instead runs the full engine at 0.8 of a sustained full-engine rate
 (``--soak-rate``, else the last published full-engine capacity) and samples driver and
@@ -308,7 +311,8 @@ def held(b: Bench, cap: dict, cfg: str, seconds: float, warm: float, steps: int 
          resolution: float = RESOLUTION) -> None:
     """Whether ``cfg`` keeps up at its ladder capacity for ``seconds``; if not, at
     1 / ``resolution`` of it, up to ``steps`` times. ``cap["sustained_rows_per_s"]`` becomes the rate that held
-    (0 if none did), and ``cap["ladder_rows_per_s"]`` keeps the ladder's.
+    (0 if none did), ``cap["ladder_rows_per_s"]`` keeps the ladder's, and ``cap["bracket"]``
+    becomes [the rate that held, the lowest rate that did not, held or on the ladder].
 
     Why: a ladder step (40 s) ends before a chunk of the archive (1 minute at these
     rates, the floor of :func:`archive.chunks.choose_interval`) fills, so the engine's
@@ -318,18 +322,23 @@ def held(b: Bench, cap: dict, cfg: str, seconds: float, warm: float, steps: int 
 
     >>> import bench.engine.engine_jvm as m
     >>> real, m.measure = m.measure, lambda _b, c, rate, s, w: {"config": c, "rate": rate, "sustained": rate <= 70}
-    >>> cap = {"sustained_rows_per_s": 100, "runs": []}
+    >>> cap = {"sustained_rows_per_s": 100, "bracket": [100, 108], "runs": []}
     >>> m.held(None, cap, "full", 150, 10)
-    >>> cap["sustained_rows_per_s"], cap["ladder_rows_per_s"], [r["rate"] for r in cap["runs"]]
-    (0, 100, [100, 90, 81, 73])
-    >>> cap = {"sustained_rows_per_s": 80, "runs": []}
+    >>> cap["sustained_rows_per_s"], cap["ladder_rows_per_s"], [r["rate"] for r in cap["runs"]], cap["bracket"]
+    (0, 100, [100, 90, 81, 73], [0, 73])
+    >>> cap = {"sustained_rows_per_s": 80, "bracket": [80, 86], "runs": []}
     >>> m.held(None, cap, "full", 150, 10)
-    >>> cap["sustained_rows_per_s"], [r["rate"] for r in cap["runs"]]
-    (65, [80, 72, 65])
+    >>> cap["sustained_rows_per_s"], [r["rate"] for r in cap["runs"]], cap["bracket"]
+    (65, [80, 72, 65], [65, 72])
+    >>> cap = {"sustained_rows_per_s": 70, "bracket": [70, 76], "runs": []}
+    >>> m.held(None, cap, "full", 150, 10)
+    >>> cap["sustained_rows_per_s"], cap["bracket"]
+    (70, [70, 76])
     >>> m.measure = real
     """
     rate = cap["ladder_rows_per_s"] = cap["sustained_rows_per_s"]
     cap["sustained_rows_per_s"] = 0
+    behind = (cap.get("bracket") or [None, None])[1]
     for _ in range(steps + 1):
         if not rate:
             return
@@ -337,11 +346,15 @@ def held(b: Bench, cap: dict, cfg: str, seconds: float, warm: float, steps: int 
         cap["runs"].append(r)
         if r["sustained"]:
             cap["sustained_rows_per_s"] = rate
+            if behind:
+                cap["bracket"] = [rate, behind]
             return
+        behind = rate
         rate = int(rate / resolution)
+    cap["bracket"] = [0, behind]
 
 
-def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 1) -> dict:
+def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 1, index: bool = False) -> dict:
     """PostgreSQL's own ceiling for the archive on this machine, in the same run: rows
     shaped as the ``metrics`` archive writes them (``_sid``, ``_batch``, ``ts``, ``sid``,
     ``bw``), encoded beforehand in PostgreSQL's binary format by the executors' encoder,
@@ -355,7 +368,14 @@ def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 1)
     this machine allows at all.
 
     A short burst overstates the ceiling (the first seconds go in faster than a sustained
-    load); the first transactions' rate is kept as ``burst_rows_per_s``."""
+    load); the first transactions' rate is kept as ``burst_rows_per_s``.
+
+    With ``index``, the rows copied are then given the B-tree the archive builds on a
+    chunk when it leaves the present tier (the stream's ``indexes``, here ``sid``; built
+    as :func:`archive.tiers._set_tier` builds it, by one server process): the archive
+    pays that build once per chunk, the COPY above does not. ``index_s`` is its time,
+    and ``with_index_rows_per_s`` the rows per second of COPY and build one after the
+    other: the ceiling of a sink that keeps the recent tier indexed."""
     import threading
 
     import numpy as np
@@ -403,6 +423,14 @@ def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 1)
         with setup.cursor() as cur:
             cur.execute(f"SELECT count(*) FROM {name}")
             copied = cur.fetchone()[0]
+            index_s = None
+            if index:
+                from archive.tiers import INDEX_BUILD_WORKERS
+
+                cur.execute("SET max_parallel_maintenance_workers = %s", (INDEX_BUILD_WORKERS,))
+                t1 = time.perf_counter()
+                cur.execute(f"CREATE INDEX {name}_sid ON {name} (sid)")
+                index_s = time.perf_counter() - t1
     finally:
         for c in conns_:
             c.close()
@@ -415,8 +443,12 @@ def copy_ceiling(b: Bench, seconds: float, batch: int = 250_000, conns: int = 1)
         raise ValueError(f"COPY ceiling: a connection committed no {batch:,}-row COPY within {seconds:g} s; "
                          "give it more seconds or a smaller batch")
     first = max(r[0] for r in rounds) - t0
-    return {"rows": copied, "connections": conns, "batch": batch, "seconds": round(took, 3),
-            "rows_per_s": int(copied / took), "burst_rows_per_s": int(batch * conns / first)}
+    out = {"rows": copied, "connections": conns, "batch": batch, "seconds": round(took, 3),
+           "rows_per_s": int(copied / took), "burst_rows_per_s": int(batch * conns / first),
+           "load_avg": [round(x, 2) for x in psutil.getloadavg()]}
+    if index_s is not None:
+        out.update(index_s=round(index_s, 3), with_index_rows_per_s=int(copied / (took + index_s)))
+    return out
 
 
 def jvm_heap(spark) -> dict:
@@ -620,6 +652,28 @@ def figure(data: dict):
     return fig
 
 
+def _ceiling_more(data: dict, arch: int) -> str:
+    """The other ceilings measured beside the target's: the recent tier's B-tree build on
+    the same rows, and two clients COPYing at once (as the archive's two partitions do).
+
+    >>> d = {"copy_ceiling": {"rows": 1000, "seconds": 1.0, "index_s": 1.0, "with_index_rows_per_s": 500},
+    ...      "copy_ceiling_2": {"rows_per_s": 2000, "connections": 2}}
+    >>> _ceiling_more(d, 400)
+    ' Building the B-tree a chunk gets when it leaves the present tier (on `sid`) took 1.0 s for those 1,000 rows: COPY and build one after the other, 500 rows/s, of which the archive keeps 0.80. 2 clients COPYing at once: 2,000 rows/s, of which the archive keeps 0.20.'
+    """
+    out = ""
+    ceil, two = data.get("copy_ceiling") or {}, data.get("copy_ceiling_2")
+    if ceil.get("index_s") is not None:
+        out += (f" Building the B-tree a chunk gets when it leaves the present tier (on `sid`) took "
+                f"{ceil['index_s']:.1f} s for those {ceil['rows']:,} rows: COPY and build one after the other, "
+                f"{ceil['with_index_rows_per_s']:,} rows/s, of which the archive keeps "
+                f"{arch / ceil['with_index_rows_per_s']:.2f}.")
+    if two:
+        out += (f" {two['connections']} clients COPYing at once: {two['rows_per_s']:,} rows/s, of which the "
+                f"archive keeps {arch / two['rows_per_s']:.2f}.")
+    return out
+
+
 def _pg_share(data: dict, goal: float) -> str:
     """What PostgreSQL alone, at the per-row cost measured in this run's archive
     configuration (steady state: WAL, checkpoints and all), would need at ``goal`` rows/s.
@@ -713,7 +767,7 @@ def markdown(data: dict) -> str:
                   f"load average at start {data['load_avg']}.", "",
                   *([f"Each engine configuration's capacity was then run again for {data['hold']:g} s (marked "
                      f"*held* below), so that a whole 1-minute chunk fills and is demoted within the measured "
-                     f"time, and stepped down by 3/4 until it held: that rate is its capacity, the ladder's "
+                     f"time, and stepped down by 10 % until it held: that rate is its capacity, the ladder's "
                      f"{data['seconds']:g}-s rate beside it.", ""] if data.get("hold") else []),
                   "| configuration | highest sustained rows/s | bracket (sustained - behind) | vs plain | rates tried (sustained?) |",
                   "|---|---|---|---|---|"]
@@ -740,7 +794,8 @@ def markdown(data: dict) -> str:
                       f"**{ceil['rows_per_s']:,} rows/s**{burst}. The archive keeps "
                       f"{arch / ceil['rows_per_s']:.2f} of it (target >= 0.6), and the full engine keeps "
                       f"{data['capacity'].get('full', {}).get('sustained_rows_per_s', 0) / max(arch, 1):.2f} of the "
-                      f"archive's (target >= 0.5)." + _pg_share(data, 0.6 * ceil["rows_per_s"])]
+                      f"archive's (target >= 0.5)." + _pg_share(data, 0.6 * ceil["rows_per_s"])
+                      + _ceiling_more(data, arch)]
         cpu_rows = cpu_table(data)
         if cpu_rows:
             lines += ["", "Where the CPU went, at each configuration's highest sustained rate (core-seconds per "
@@ -821,11 +876,13 @@ def main(argv=None) -> int:
                 data["ratios"] = {c: round(v["sustained_rows_per_s"] / base, 3) if base else 0.0
                                   for c, v in data["capacity"].items()}
                 if "archive" in data["capacity"]:
-                    data["copy_ceiling"] = copy_ceiling(b, seconds)
+                    data["copy_ceiling"] = copy_ceiling(b, seconds, conns=1, index=True)
+                    data["copy_ceiling_2"] = copy_ceiling(b, seconds, conns=2)  # reported, no target
         finally:
             b.drop_schemas()
     if "capacity" in data and "plain" not in data["capacity"]:  # a probe of some configurations: no ratio
-        print(json.dumps(data["capacity"], indent=1, default=str), flush=True)
+        print(json.dumps({k: data[k] for k in ("capacity", "copy_ceiling", "copy_ceiling_2") if k in data}, indent=1,
+                         default=str), flush=True)
         print("plain Spark not measured: nothing published", flush=True)
         return 0
     publish(name, data, markdown(data), figure(data) if "capacity" in data else None, targets=targets(data))

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archive import shared as shared_mod
 from archive.shared import SharedArchive, shared_batch_id
 from archive.spark_sink import archive_layout
 from tests.archive.arch_helpers import fresh_archiver, table_rows
