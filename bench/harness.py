@@ -183,7 +183,8 @@ def _git(*args: str) -> str | None:
         out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    # not strip(): a porcelain status line starts with a space (" M path")
+    return out.stdout.rstrip() if out.returncode == 0 else None
 
 
 def commit(paths: Iterable[str] = ()) -> dict | None:
