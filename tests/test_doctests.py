@@ -26,12 +26,12 @@ PACKAGES = ("scheduler", "similarity", "archive", "ananke", "recall", "moirae")
 WITH_EXAMPLES = frozenset("""
 ananke.ank1 ananke.digest ananke.graph ananke.ids ananke.items ananke.spark_adapter ananke.store
 ananke.polynomial ananke.poly_condition ananke.poly_eval ananke.poly_maint ananke.ankn
-archive.abc archive.chunk_copy archive.chunks archive.contributors archive.copy archive.exec_sink archive.exec_stream archive.exec_udf archive.history archive.history_plan archive.index_claims archive.names archive.pg archive.schema archive.shared archive.types archive.validate
-moirae.base.durations moirae.base.errors moirae.base.lazy moirae.base.redact moirae.errors moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.api.access moirae.api.limits moirae.config moirae.queries.context_sql moirae.monitors moirae.monitors.errors moirae.monitors.marked moirae.monitors.sqlquery moirae.sources.kinds moirae.runtime.errorlog moirae.ingest.event_worker moirae.runtime.idle moirae.incidents.store
+archive.abc archive.chunk_copy archive.chunks archive.contributors archive.copy archive.exec_sink archive.exec_stream archive.exec_udf archive.history archive.history_plan archive.index_claims archive.names archive.pg archive.row_flags archive.schema archive.shared archive.stage_read archive.types archive.validate
+moirae.base.durations moirae.base.errors moirae.base.lazy moirae.base.redact moirae.errors moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.api.access moirae.api.limits moirae.config moirae.queries.context_sql moirae.monitors moirae.monitors.errors moirae.monitors.marked moirae.monitors.sqlquery moirae.sources.kinds moirae.runtime.errorlog moirae.ingest.event_worker moirae.runtime.idle moirae.incidents.store moirae.retract.partials
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
 moirae.sources.maritime moirae.sources.maritime_geo moirae.sources.maritime_track moirae.sources.maritime_patterns moirae.sources.maritime_source
 moirae.sources.payloads moirae.delivery.errors moirae.delivery.payloads moirae.delivery.signing moirae.delivery.targets moirae.deploy.lifecycle
-moirae.sources.errors moirae.sources.pacing moirae.sources.replay moirae.runtime.supervise moirae.runtime.python_launcher moirae.incidents.resolution_cache moirae.incidents.rules moirae.read.views moirae.runtime.worker_daemon
+moirae.sources.errors moirae.sources.bounds moirae.sources.pacing moirae.sources.replay moirae.runtime.supervise moirae.runtime.python_launcher moirae.incidents.resolution_cache moirae.incidents.rules moirae.read.views moirae.runtime.worker_daemon
 recall.aggregate recall.aggregate_expr recall.operator recall.outputs recall.revision_ops
 recall.similarity_incidents recall.specs recall.split recall.task
 scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fairness scheduler.fifo scheduler.model
@@ -40,9 +40,9 @@ similarity similarity.config similarity.explain similarity.idf similarity.incide
 similarity.index_cache similarity.index_codec similarity.stats similarity.synopsis similarity.terms similarity.topk
 similarity.vocabulary
 archive.reference moirae.rules.book moirae.rules.norm
-moirae.retract.errors moirae.retract.predicate moirae.retract.norms moirae.retract.flagged moirae.cli.commands.lookup moirae.ingest.persist
+moirae.retract.errors moirae.retract.predicate moirae.retract.flagged moirae.cli.commands.lookup moirae.ingest.persist
 moirae.patterns.bound moirae.patterns.compile moirae.patterns.errors moirae.patterns.evaluate moirae.patterns.expr moirae.patterns.lexer moirae.patterns.statement moirae.patterns.syntax
-moirae.patterns.spark_schema moirae.patterns.spark_processor moirae.monitors.pattern_sql
+moirae.patterns.spark_schema moirae.patterns.spark_core moirae.monitors.pattern_sql
 """.split())
 
 
