@@ -19,7 +19,7 @@ from moirae.patterns.spark_buffer import KeyBuffer
 from moirae.patterns.spark_operator import compile_live, pattern_set_stream, rocksdb_start
 from moirae.patterns.spark_processor import PatternCore, PatternSet, event_id, processor
 from moirae.patterns.spark_schema import PROV_IDS, ROW_ID
-from tests.patterns.test_spark_processor import LATENESS_MS, _Handle, _State, _stream, _Timer
+from tests.patterns.processor_driver import drive, seeded_stream
 
 COLUMNS = {"k": "string", "x": "double", "ts": "timestamp"}
 #: different WITHINs, skips and engines (DFA, bound-row NFA, PREV), sharing ``x > 4``
@@ -48,32 +48,7 @@ def _measures(cp) -> tuple[str, ...]:
 
 def _drive(patterns, rows: pd.DataFrame, batches: list[pd.DataFrame]) -> tuple[pd.DataFrame, dict]:
     """Every batch through fresh processors whose state comes only from the saved store."""
-    saved: dict[str, tuple[_State, set]] = {}
-    out: list[pd.DataFrame] = []
-    wm, max_ms = -1, None
-    end = [pd.DataFrame(columns=rows.columns)] * 3
-    for i, batch in enumerate([*batches, rows.iloc[:0], *end]):
-        if i == len(batches):
-            wm = int(rows["ts"].max().value // 1_000_000) + 60_000
-        procs = {}
-        for key in {*saved, *batch["k"]}:
-            state, timers = saved.setdefault(key, (_State(), set()))
-            p = processor(patterns)
-            p.init(_Handle(state, timers))
-            procs[key] = p
-        for key, part in batch.groupby("k"):
-            out += list(procs[key].handleInputRows((key,), iter([part]), _Timer(wm)))
-        for key, p in procs.items():
-            due = sorted(t for t in saved[key][1] if t <= wm)
-            if due:
-                saved[key][1].difference_update(due)
-                out += list(p.handleExpiredTimer((key,), _Timer(wm), None))
-        if len(batch):
-            top = int(batch["ts"].max().value // 1_000_000)
-            max_ms = top if max_ms is None else max(max_ms, top)
-            wm = max(wm, max_ms - LATENESS_MS)
-    got = pd.concat([o for o in out if len(o)], ignore_index=True) if out else pd.DataFrame(columns=["eid"])
-    return got, saved
+    return drive(lambda: processor(patterns), rows, batches)
 
 
 def _norm(v) -> str:
@@ -94,7 +69,7 @@ def _have(cp, got: pd.DataFrame) -> list[tuple]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_every_pattern_in_one_operator_matches_as_alone(seed):
-    rows, batches = _stream(seed)
+    rows, batches = seeded_stream(seed)
     cps = _compiled()
     ps = PatternSet([PatternCore(cp, "eid", "ts", _measures(cp)) for cp in cps], tag="pattern")
     got, saved = _drive(ps, rows, batches)

@@ -16,6 +16,7 @@ import tests.moirae.scenario_small as sc
 from moirae.queries.hybrid import context_stream
 from tests.moirae.test_context_sql import _engine
 from tests.moirae.test_replica_unchanged import USERS_5M
+from tests.retract.users_flags import retract_miner_correct_alice
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -44,15 +45,7 @@ def test_rematerialized_contexts_leave_out_retracted_rows_and_read_corrected_one
         m.materialize_chunk("overload", unit)
         assert _users(pg, "users") == _users(pg, "by_spark") == {"alice", "miner"}
 
-        lo, hi = pd.Timestamp("2024-03-01 02:55", tz="UTC"), pd.Timestamp("2024-03-01 03:05", tz="UTC")
-        rows = engine.archiver.read("users", lo.to_pydatetime(), hi.to_pydatetime(), with_ids=True)
-        s2 = rows[rows["sid"] == "s2"]
-        miner = [int(x) for x in s2[s2["user"] == "miner"]["_sid"]]
-        alice = [int(x) for x in s2[s2["user"] == "alice"]["_sid"]]
-        assert miner and alice
-        engine.retract({"ids": miner}, "the miner login was a replayed log", "ann", confirm=True)
-        engine.retract({"ids": alice}, "alice's logins were carol's", "ann", set_values={"user": "carol"},
-                       confirm=True)
+        retract_miner_correct_alice(engine)
 
         m.materialize_chunk("overload", unit)
         assert _users(pg, "users") == {"carol"}  # SQL context: through the flags inside its query

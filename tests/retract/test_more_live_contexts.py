@@ -17,6 +17,7 @@ import tests.moirae.scenario_small as sc
 from moirae.materialize.replica import FlaggedReads
 from moirae.queries.hybrid import context_stream
 from tests.moirae.test_context_sql import _engine
+from tests.retract.users_flags import retract_miner_correct_alice
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.slow]
 
@@ -36,15 +37,7 @@ def test_live_spark_context_after_a_retraction_leaves_out_removed_rows_and_reads
         proc, flow, q = engine.deploy.processor, engine.deploy.flows["overload"], engine.deploy.event_queries["overload"]
         assert proc.reads_for(cq) is engine.archiver  # no flags: the archive itself
 
-        lo, hi = pd.Timestamp("2024-03-01 02:55", tz="UTC"), pd.Timestamp("2024-03-01 03:05", tz="UTC")
-        rows = engine.archiver.read("users", lo.to_pydatetime(), hi.to_pydatetime(), with_ids=True)
-        s2 = rows[rows["sid"] == "s2"]
-        miner = [int(x) for x in s2[s2["user"] == "miner"]["_sid"]]
-        alice = [int(x) for x in s2[s2["user"] == "alice"]["_sid"]]
-        assert miner and alice
-        engine.retract({"ids": miner}, "the miner login was a replayed log", "ann", confirm=True)
-        engine.retract({"ids": alice}, "alice's logins were carol's", "ann", set_values={"user": "carol"},
-                       confirm=True)
+        retract_miner_correct_alice(engine)
         assert isinstance(proc.reads_for(cq), FlaggedReads)
 
         events = engine.deploy.materializer.detect(q, pd.Timestamp("2024-03-01 03:00", tz="UTC").to_pydatetime(),
