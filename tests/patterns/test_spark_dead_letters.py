@@ -11,6 +11,7 @@ from moirae.patterns import compile_pattern, reference_matches
 from moirae.patterns.spark_dead import DeadLetterWriter
 from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, batch_matches, processor
 from moirae.patterns.spark_schema import ROW_ID
+from tests.patterns.processor_driver import Handle, State, Timer
 
 SQL = """SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k ORDER BY ts MEASURES COUNT(A.*) AS n
   PATTERN (A+ B) WITHIN INTERVAL '1' MINUTE DEFINE A AS x > 1 AND tag > 'a', B AS x <= 1)"""
@@ -40,51 +41,19 @@ def test_a_failing_row_is_a_dead_letter_and_the_others_match():
     assert [list(p) for p in out["moirae_pat_prov_ids"]] == [[100, 101, 102], [104, 105]]
 
 
-class _Live:
-    """One key's state value and timers, and the processor handle over them (Spark's part)."""
-
-    def __init__(self) -> None:
-        self.value, self.timers = None, set()
-
-    def getValueState(self, name, schema):  # noqa: N802 - pyspark's names
-        return self
-
-    def get(self):
-        return self.value
-
-    def update(self, value) -> None:
-        self.value = value
-
-    def clear(self) -> None:
-        self.value = None
-
-    def deleteTimer(self, t) -> None:  # noqa: N802
-        self.timers.discard(t)
-
-    def registerTimer(self, t) -> None:  # noqa: N802
-        self.timers.add(t)
-
-
-class _Wm:
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-
-    def getCurrentWatermarkInMs(self) -> int:  # noqa: N802
-        return self.ms
-
-
 def test_the_live_processor_sets_a_failing_row_aside_the_same_way():
     cp = compile_pattern(SQL, name="p", columns={"k": "string", "ts": "timestamp", "x": "double", "tag": "string"},
                          row_id=ROW_ID)
     core = PatternCore(cp, "eid", "ts", ("n",))
     tags = ["b", "b", "b", 3, "b", "b"]
-    live, p = _Live(), processor(core)
-    p.init(live)
+    state, timers = State(), set()
+    p = processor(core)
+    p.init(Handle(state, timers))
     early = int((T0 + pd.Timedelta(milliseconds=1500)).value // 1_000_000)  # rows 100, 101 fed, a run open
-    out = list(p.handleInputRows(("a",), iter([_frame(tags)]), _Wm(early)))
-    assert not out and not core.dead_seen and live.timers
+    out = list(p.handleInputRows(("a",), iter([_frame(tags)]), Timer(early)))
+    assert not out and not core.dead_seen and timers
     end = int((T0 + pd.Timedelta(minutes=5)).value // 1_000_000)
-    out = list(p.handleExpiredTimer(("a",), _Wm(end), None))
+    out = list(p.handleExpiredTimer(("a",), Timer(end), None))
     (row, reason), = core.dead_seen
     assert row[ROW_ID] == 103 and "DEFINE A" in reason
     got = pd.concat(out, ignore_index=True)
