@@ -31,13 +31,7 @@ class PatternMethods:
 
         if inputs is None:
             inputs = (compile_pattern(sql, name=name).source,)
-        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
-        if len(inputs) != 1:
-            raise QueryDefinitionError(f"pattern query {name!r} reads one stream, got inputs {list(inputs)}")
-        src = self.sources.get(inputs[0])
-        if src is None:
-            raise QueryDefinitionError(f"pattern query {name!r} reads unknown source {inputs[0]!r} "
-                                       f"(sources: {sorted(self.sources.by_name)})")
+        inputs, src = self._pattern_source(f"pattern query {name!r} reads", inputs)
         cp = compile_live(name, sql, src.df.schema, src.ts)
         dead = DeadLetterWriter(self.db.dsn, self.db.schema, src.name)
         fn = pattern_function(cp, stream=src.name, payload=src.payload, eid=eid, ts=ts, dead=dead)
@@ -72,17 +66,22 @@ class PatternMethods:
                                            f"{froms[other]!r}, pattern {pairs[0][0]!r} reads "
                                            f"{froms[pairs[0][0]]!r}; one operator reads one source")
             inputs = (froms[pairs[0][0]],)
-        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
-        if len(inputs) != 1:
-            raise QueryDefinitionError(f"pattern queries {name!r} read one stream, got inputs {list(inputs)}")
-        src = self.sources.get(inputs[0])
-        if src is None:
-            raise QueryDefinitionError(f"pattern queries {name!r} read unknown source {inputs[0]!r} "
-                                       f"(sources: {sorted(self.sources.by_name)})")
+        inputs, src = self._pattern_source(f"pattern queries {name!r} read", inputs)
         cps = [compile_live(n, sql, src.df.schema, src.ts) for n, sql in pairs]
         dead = DeadLetterWriter(self.db.dsn, self.db.schema, src.name)
         fn = pattern_set_function(cps, stream=src.name, payload=src.payload, tag=tag, eid=eid, ts=ts, dead=dead)
         return self._deploy_patterns(name, fn, inputs, eid, ts)
+
+    def _pattern_source(self, what: str, inputs: str | Sequence[str]):
+        """``(inputs, source)``: the one registered source a pattern operator reads, or a
+        one-line refusal starting with ``what``."""
+        inputs = (inputs,) if isinstance(inputs, str) else tuple(inputs)
+        if len(inputs) != 1:
+            raise QueryDefinitionError(f"{what} one stream, got inputs {list(inputs)}")
+        src = self.sources.get(inputs[0])
+        if src is None:
+            raise QueryDefinitionError(f"{what} unknown source {inputs[0]!r} (sources: {sorted(self.sources.by_name)})")
+        return inputs, src
 
     def _deploy_patterns(self, name: str, fn, inputs: tuple[str, ...], eid: str, ts: str):
         from moirae.patterns.spark_operator import rocksdb_start, with_rocksdb
