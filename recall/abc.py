@@ -10,10 +10,14 @@ A recall operator comes in two parts, as a Bytewax ``Clock`` builds its ``ClockL
   tuples and revisions, M 4.6); ``on_end`` answers with the final outputs. The manager
   never looks inside the state and publishes the event's boundary itself.
 
-Two optional capabilities, declared here instead of probed:
+Three optional capabilities, declared here instead of probed:
 
 - :class:`ChunkFetcher`: an operator that reads a chunk itself (Similarity Recall reads
   its per-chunk index) instead of the manager running its history-query;
+- :class:`ChunkRunFetcher`: a chunk fetcher that may read a run of consecutive chunks
+  in one quantum, as one (Similarity Recall merges small chunks whose indexes are in
+  memory: thousands of one-hour chunks of a few events each would otherwise cost a
+  quantum, a scoring pass and a set of revisions each);
 - :class:`Snapshotting`: an operator with learned state that outlives tasks
   (statistics); ``snapshot()`` is JSON-able apart from documented values and carries a
   version that ``restore`` checks.
@@ -30,7 +34,7 @@ Standard operators: :class:`recall.specs.RecallSpec` builds :class:`recall.opera
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pandas is heavy; only the annotations need it
@@ -67,6 +71,19 @@ class ChunkFetcher(Protocol):
     ``fetch_chunk`` returns instead of the rows of the task's history-query."""
 
     def fetch_chunk(self, state: Any, chunk_id: int, conn: Any = None, timeout_ms: int | None = None) -> Any: ...
+
+
+@runtime_checkable
+class ChunkRunFetcher(Protocol):
+    """A :class:`ChunkFetcher` that may read several of a task's next chunks in one
+    quantum. ``chunk_ids`` are the task's next chunks, newest first (at least one, no
+    more than the task may read before it suspends for feedback); the answer is how many
+    of them, from the first, it read (at least 1) and what ``on_chunk`` is handed for
+    them, once, as one chunk: its ``chunk_id`` is the oldest of them and its ``covered``
+    interval spans them all."""
+
+    def fetch_run(self, state: Any, chunk_ids: Sequence[int], conn: Any = None,
+                  timeout_ms: int | None = None) -> tuple[int, Any]: ...
 
 
 @runtime_checkable

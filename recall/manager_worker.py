@@ -6,7 +6,10 @@ Each worker loops: under the manager's lock it asks the scheduler for the next q
 (``choose``), then runs the chosen task's history-query over its next chunk on its own
 connection, outside the lock, hands the rows to the operator, publishes the outputs and,
 under the lock again, ``complete``\\ s the quantum with the number of rows (tickets are
-deducted in proportion, M 4.4). ``in_query`` is set under the lock before the query and
+deducted in proportion, M 4.4). An operator that reads chunks itself may read a run of
+the task's next chunks in one quantum (:class:`recall.abc.ChunkRunFetcher`), never past
+the point where the task suspends for feedback; the quantum then counts as that many
+chunks. ``in_query`` is set under the lock before the query and
 cleared under the lock after it, so a cancelling thread that holds the lock and sees
 ``in_query`` knows the connection is busy with *that* task's query (or about to be).
 """
@@ -21,7 +24,7 @@ from typing import Any
 import psycopg2.extensions
 
 from archive.abc import ChunkStore
-from recall.abc import ChunkFetcher
+from recall.abc import ChunkFetcher, ChunkRunFetcher
 from recall.api import EndReason, Interval, Output
 from recall.manager_state import ManagerState, TaskLifecycle
 from recall.replica2 import HistoryListener, HistoryReplica, ReplicaStep, SearchProgress
@@ -30,6 +33,8 @@ from recall.task import RecallTask, TaskStatus
 from scheduler.events import QuantumGranted, TaskSuspended
 
 log = logging.getLogger("recall.manager")
+#: chunks one quantum of a :class:`~recall.abc.ChunkRunFetcher` is offered at most
+MAX_RUN = 64
 
 
 @dataclass
@@ -42,14 +47,17 @@ class Worker:
     task: RecallTask | None = None
     in_query: bool = False
     backend_pid: int | None = None
+    run_limit: int = 1  # chunks the task's quantum may read (set with the grant)
 
 
 @dataclass
 class _Run:
     """What one quantum produced: the rows, the operator's outputs, or the error."""
 
-    chunk_id: int | None
+    chunk_id: int | None  # the chunk read (the oldest, when a run of chunks was read)
     rows: Any = None
+    first: int | None = None  # the newest chunk read
+    steps: int = 1  # chunks read
     outputs: list[Output] | None = None
     error: str | None = None
     stop: EndReason | None = None
@@ -159,6 +167,8 @@ class WorkerPool:
                     break
                 st.cond.wait(0.5)
             task = st.tasks[grant.task_id]
+            left = st.scheduler.steps_left(grant.task_id)
+            w.run_limit = MAX_RUN if left is None else max(1, min(MAX_RUN, left))
             task.status = TaskStatus.RUNNING
             task.worker = w
             w.task = task
@@ -176,11 +186,17 @@ class WorkerPool:
         """Run the task's history-query over its next chunk on ``w``'s connection."""
         chunk_id = task.next_chunk
         assert chunk_id is not None  # a task leaves the scheduler when its chunks run out
-        run = _Run(chunk_id)
+        run = _Run(chunk_id, first=chunk_id)
 
         op = task.description.recall_operator
+        ids = task.chunks[task.next_index:task.next_index + w.run_limit]
 
         def step():
+            if len(ids) > 1 and isinstance(op, ChunkRunFetcher):  # a run of small chunks, as one
+                n, rows = op.fetch_run(task.state, ids, self._conn(w), self.timeout_ms)
+                run.steps = max(1, min(int(n), len(ids)))
+                run.chunk_id = ids[run.steps - 1]
+                return rows
             if isinstance(op, ChunkFetcher):  # an operator that keeps its own per-chunk index (Similarity Recall)
                 return op.fetch_chunk(task.state, chunk_id, self._conn(w), self.timeout_ms)
             return self.store.run_history_query(task.spec.query, task.spec.params, chunk_id,
@@ -232,7 +248,10 @@ class WorkerPool:
 
     def _apply(self, task: RecallTask, run: _Run) -> None:
         """Hand the chunk's rows to the task's operator (outside the lock)."""
-        covered: Interval = task.covered(self.store.grid_for(task.spec.query.streams), run.chunk_id)
+        grid = self.store.grid_for(task.spec.query.streams)
+        if run.steps > 1 and run.first is not None:
+            task.covered(grid, run.first)
+        covered: Interval = task.covered(grid, run.chunk_id)
         try:
             run.outputs = list(task.description.recall_operator.on_chunk(task.state, run.chunk_id, covered,
                                                                          run.rows))
@@ -258,7 +277,7 @@ class WorkerPool:
                     task.history_remaining = run.step.remaining
                     task.reprocessed += run.step.reprocessed
             elif run.error is None and run.stop is None:
-                task.next_index += 1
+                task.next_index += run.steps
                 task.rows += run.n_rows
                 if task.first_chunk_at is None:
                     task.first_chunk_at = st.clock.now()
@@ -271,7 +290,7 @@ class WorkerPool:
                 st.scheduler.complete(task.task_id, results=0, done=True)
             else:
                 done = task.next_chunk is None and not task.more_history
-                events = st.scheduler.complete(task.task_id, results=run.n_rows, done=done)
+                events = st.scheduler.complete(task.task_id, results=run.n_rows, done=done, steps=run.steps)
                 if done:
                     end = EndReason.DONE
                 elif any(isinstance(e, TaskSuspended) for e in events):

@@ -9,7 +9,10 @@ chunk is sealed or materialized (:mod:`recall.similarity_prebuild`), persisted a
 cached (:mod:`recall.similarity_source`); each event's task scores it against the new context
 with the *current* IDF (:class:`similarity.QueryScorer`) and merges it into its top k
 past incidents (:class:`recall.similarity_incidents.IncidentTop`, array passes per
-chunk). The operator's history-query (the same tuples in long form,
+chunk). Small sealed chunks whose indexes are in memory are read in runs, as one chunk
+(:meth:`SimilarityRecall.fetch_run`, up to ``coalesce_rows`` past events): M 4.5.2's
+per-chunk top k and revisions then come once per run, and the results after it are
+those chunk by chunk would have reached. The operator's history-query (the same tuples in long form,
 ``(eid, ts, attr, value, part)``, with each event's incident key as ``value``) names the
 streams and grid, and :meth:`on_chunk` also accepts its rows (:func:`similarity.index.build`).
 Only past events better than the k already produced are emitted (INSERT); one that is
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 STATUS_KEY = "__status__"
 #: refused contexts whose reasons an operator keeps (the latest)
 REJECTED_KEPT = 1000
+#: past events a run of chunks read as one holds at most (SimilarityRecall.fetch_run)
+COALESCE_ROWS = 2048
 
 
 @dataclass
@@ -126,6 +131,7 @@ class SimilarityRecallSpec:
     idf: str = "paper"
     index_cache_bytes: int = DEFAULT_CACHE_BYTES
     persist_index: bool = True
+    coalesce_rows: int = COALESCE_ROWS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "context_streams", tuple(self.context_streams))
@@ -173,7 +179,8 @@ class SimilarityRecall:
     (:class:`similarity.SimilarityConfig`). ``exclude_recent`` additionally leaves out past events
     less than that long before the new one. ``index_cache_bytes`` bounds the memory of
     cached chunk indexes; ``persist_index`` stores each sealed chunk's index in
-    PostgreSQL (:mod:`recall.similarity_source`).
+    PostgreSQL (:mod:`recall.similarity_source`). ``coalesce_rows`` bounds the past events
+    of a run of chunks read as one (:meth:`fetch_run`; 0 reads every chunk alone).
     """
 
     def __init__(self, name: str, *, event: str, store: ChunkStore, context_streams: Sequence[str],
@@ -184,7 +191,7 @@ class SimilarityRecall:
                  exclude_recent: timedelta = timedelta(0), incidents: IncidentRule | None = None,
                  resolutions: ResolutionLookup | None = None, novelty: NoveltyCalibrator | None = None,
                  explain_terms: int = 5, idf: str = "paper", index_cache_bytes: int = DEFAULT_CACHE_BYTES,
-                 persist_index: bool = True) -> None:
+                 persist_index: bool = True, coalesce_rows: int = COALESCE_ROWS) -> None:
         if k < 1:
             raise SimilarityRecallError(f"Similarity Recall {name!r}: k must be >= 1, got {k!r}")
         novelty = novelty or NoveltyCalibrator()
@@ -194,7 +201,8 @@ class SimilarityRecall:
             event_stream=event_stream, numeric=specs, tickets=tickets, feedback_period=feedback_period,
             feedback_timeout=feedback_timeout, bound=bound, eid_attr=eid_attr, ts_attr=ts_attr,
             exclude_recent=exclude_recent, incidents=incidents, novelty=NoveltySpec.of(novelty),
-            explain_terms=explain_terms, idf=idf, index_cache_bytes=index_cache_bytes, persist_index=persist_index)
+            explain_terms=explain_terms, idf=idf, index_cache_bytes=index_cache_bytes, persist_index=persist_index,
+            coalesce_rows=coalesce_rows)
         self.name, self.event, self.k = name, event, k
         self.store = store
         self.event_stream = event_stream or f"ev_{event}"
@@ -209,6 +217,7 @@ class SimilarityRecall:
         self.resolutions = resolutions
         self.novelty = novelty
         self.explain_terms = explain_terms
+        self.coalesce_rows = coalesce_rows
         self._learned = LearnedIds()  # 8 bytes an event, for the life of the operator
         self._unsaved: list[str] = []  # learned since the last state_delta (persisted incrementally)
         self._lock = threading.Lock()
@@ -340,6 +349,19 @@ class SimilarityRecall:
         (cached, persisted or built once, :mod:`recall.similarity_source`), not its rows."""
         return self.source.fetch(chunk_id, conn, timeout_ms)
 
+    def fetch_run(self, state: _State, chunk_ids: Sequence[int], conn: Any = None,
+                  timeout_ms: int | None = None) -> tuple[int, ChunkIndex]:
+        """The Recall Manager's read of a task's next chunks (newest first,
+        :class:`recall.abc.ChunkRunFetcher`): the first ones as one index when they are
+        sealed with their indexes in memory (:meth:`ChunkSource.run`, at most
+        ``coalesce_rows`` past events), else the first alone (:meth:`fetch_chunk`); with
+        how many chunks it holds."""
+        if len(chunk_ids) > 1 and self.coalesce_rows > 0:
+            got = self.source.run(chunk_ids, self.coalesce_rows)
+            if got is not None:
+                return got
+        return 1, self.source.fetch(chunk_ids[0], conn, timeout_ms)
+
     def index_rows(self, rows: pd.DataFrame) -> ChunkIndex:
         """One chunk's long-form rows as a :class:`ChunkIndex`, vectorised (new terms grow
         the shared vocabulary, hence the lock)."""
@@ -351,10 +373,11 @@ class SimilarityRecall:
         """Score one chunk (its index, or its history-query rows) and merge it into the results."""
         state.covered = covered if state.covered is None else Interval(covered.start, state.covered.end)
         state.oldest_chunk = chunk_id
-        state.chunks += 1
+        before = state.chunks
+        state.chunks += rows.span if isinstance(rows, ChunkIndex) else 1
         out = self._scored(state, rows)
         period = state.spec.feedback_period
-        if period and state.chunks % period == 0:  # the task pauses for feedback: say what is known so far
+        if period and state.chunks // period > before // period:  # the task pauses for feedback: say so far
             best = state.incidents.held[0].score if state.incidents.held else 0.0
             out += self._status(state, {"status": "partial", "k": self.k, "found": len(state.rows),
                                         "best_score": float(best), "novel": self.novelty.is_novel(best),

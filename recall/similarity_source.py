@@ -24,6 +24,13 @@
    invalidation overtook (its read may predate the write) is used by its own task but
    not kept.
 
+A run of sealed chunks whose indexes are all in memory can be read as one
+(:meth:`ChunkSource.run`): their indexes concatenated (:meth:`ChunkIndex.concat`), so a
+task scores a day of one-hour chunks of a few events each in one pass. Runs are cut at
+every :data:`RUN_BLOCK`-th chunk id, so the tasks of different events, which start at
+different chunks, still meet the same runs and share one concatenation (kept for the
+:data:`RUNS_KEPT` latest runs, and checked against the cached indexes it was made of).
+
 Term ids are those of the operator's vocabulary, persisted append-only next to the
 indexes; :meth:`ChunkSource.reconcile` checks the statistics' vocabulary against it
 after a restore (one is a prefix of the other, or every index is dropped and rebuilt).
@@ -36,7 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -56,6 +63,10 @@ log = logging.getLogger(__name__)
 PRESENT_SHARE = 4
 #: chunks whose build counts :attr:`ChunkSource.built_chunks` keeps (the latest first counted)
 BUILT_KEPT = 1024
+#: runs of chunks read as one end at every multiple of this chunk id (ChunkSource.run)
+RUN_BLOCK = 16
+#: concatenated runs kept (the latest used)
+RUNS_KEPT = 32
 
 
 class ChunkSource:
@@ -68,6 +79,7 @@ class ChunkSource:
         self.cache = IndexCache(cache_bytes - present, keep=lambda chunk_id: chunk_id)  # oldest history out first
         self._present = IndexCache(present, keep=lambda chunk_id: chunk_id)
         self.builds = self.loads = self.corrupt = self.prebuilt = 0
+        self.promoted = 0  # sealed chunks persisted from their kept present index (prebuild_one)
         self.build_seconds = self.read_seconds = self.save_seconds = 0.0
         self.built_contexts = 0
         self.persisted = op.store.index_store(op.name) if persist else None
@@ -78,6 +90,8 @@ class ChunkSource:
         self._locks: dict[int, list] = {}  # chunk -> [its lock, tasks holding or awaiting it]
         self._inflight: dict[int, int] = {}  # chunk being built -> invalidations since (one: not kept)
         self.built_chunks: Counter[int] = Counter()  # chunk -> builds of it, the latest BUILT_KEPT chunks (tests)
+        self._runs: OrderedDict[tuple[int, ...], tuple[tuple[ChunkIndex, ...], ChunkIndex]] = OrderedDict()
+        self.runs = self.run_chunks = 0  # runs read as one, and the chunks they held
         self._guard = threading.Lock()
         simindex.listen(self._on_invalidate)
 
@@ -102,6 +116,8 @@ class ChunkSource:
                     if c in self._inflight:
                         self._inflight[c] += 1
                 self._present.discard(lambda k: k in ids)
+                for key in [k for k in self._runs if not ids.isdisjoint(k)]:
+                    del self._runs[key]
             self.cache.discard(lambda k: k in ids)
 
     def _task_chunks(self, stream: str, chunk_ids: Sequence[int]) -> set[int]:
@@ -141,6 +157,7 @@ class ChunkSource:
         self._reconciled = False
         with self._guard:
             self._present.discard(lambda k: True)
+            self._runs.clear()
         self.cache.discard(lambda k: True)
 
     @contextmanager
@@ -208,6 +225,45 @@ class ChunkSource:
             finally:
                 self._untrack(chunk_id)
 
+    def run(self, chunk_ids: Sequence[int], max_rows: int) -> tuple[int, ChunkIndex] | None:
+        """The first chunks of ``chunk_ids`` (a task's next chunks, newest first) as one
+        index, with how many it holds: as long as each is sealed with its index in
+        memory, the run stays within one block of :data:`RUN_BLOCK` chunk ids and holds
+        at most ``max_rows`` past events (the first chunk always). None when the first
+        chunk's index is not in memory (:meth:`fetch` reads it)."""
+        first = self.cache.get(chunk_ids[0])
+        if first is None:
+            return None
+        block = chunk_ids[0] // RUN_BLOCK
+        parts, rows = [first], first.n
+        for c in chunk_ids[1:]:
+            if c // RUN_BLOCK != block:
+                break
+            ix = self.cache.peek(c)
+            if ix is None or rows + ix.n > max_rows:
+                break
+            parts.append(ix)
+            rows += ix.n
+        if len(parts) == 1:
+            return 1, first
+        key = tuple(chunk_ids[:len(parts)])
+        with self._guard:
+            held = self._runs.get(key)
+            if held is not None and all(a is b for a, b in zip(held[0], parts, strict=True)):
+                self._runs.move_to_end(key)
+                merged = held[1]
+            else:
+                merged = None
+        if merged is None:
+            merged = ChunkIndex.concat(parts)
+            with self._guard:
+                self._runs[key] = (tuple(parts), merged)
+                while len(self._runs) > RUNS_KEPT:
+                    self._runs.popitem(last=False)
+        self.runs += 1
+        self.run_chunks += len(parts)
+        return len(parts), merged
+
     def _present_index(self, chunk_id: int, conn: Any, timeout_ms: int | None) -> ChunkIndex:
         """A present chunk's index, none being kept: built, and kept unless an invalidation
         came since :meth:`fetch` found none kept (module doc)."""
@@ -222,7 +278,9 @@ class ChunkSource:
         persisted index yet (a background build after a seal or a materialization, see
         :mod:`recall.similarity_prebuild`); a present chunk is left alone. True when it
         built one. Shares :meth:`fetch`'s per-chunk lock: a task asking meanwhile waits
-        for this build and then uses it."""
+        for this build and then uses it. A chunk sealed with its present index kept (no
+        write since it was built: sealing changes no row) is persisted from that index,
+        not read again."""
         if self.persisted is None:
             return False
         if not self._reconciled:
@@ -232,11 +290,16 @@ class ChunkSource:
                 return False
             with self._guard:
                 self._track(chunk_id)  # before the state read: a write after it counts
+                kept = self._present.peek(chunk_id)  # current now: a write from here on is counted
             try:
                 sealed, persisted = self.persisted.state(chunk_id, self.streams, conn)
                 if not sealed or persisted:
                     return False
-                self._build_sealed(chunk_id, conn, timeout_ms)
+                if kept is not None:
+                    self._keep_sealed(chunk_id, kept)
+                    self.promoted += 1
+                else:
+                    self._build_sealed(chunk_id, conn, timeout_ms)
             finally:
                 self._untrack(chunk_id)
             self.prebuilt += 1
@@ -247,7 +310,10 @@ class ChunkSource:
         chunk's lock and tracks it, :meth:`_track`). Rows that change meanwhile (a late
         row, a re-materialization) invalidate the chunk during the build: the stale
         index is then neither cached nor left persisted, and the next use builds again."""
-        ix = self.build(chunk_id, conn, timeout_ms)
+        return self._keep_sealed(chunk_id, self.build(chunk_id, conn, timeout_ms))
+
+    def _keep_sealed(self, chunk_id: int, ix: ChunkIndex) -> ChunkIndex:
+        """Persist and cache a sealed chunk's index ``ix`` (as :meth:`_build_sealed`)."""
         with self.op._lock:
             terms = self.op.stats.vocabulary.terms()
         t0 = time.perf_counter()
@@ -351,6 +417,7 @@ class ChunkSource:
     def stats(self) -> dict[str, Any]:
         return {"builds": self.builds, "prebuilt": self.prebuilt, "loads": self.loads, "corrupt": self.corrupt,
                 "present_hits": self.present_hits, "present_cache": self._present.stats(),
+                "runs": self.runs, "run_chunks": self.run_chunks, "promoted": self.promoted,
                 "built_contexts": self.built_contexts, "build_seconds": self.build_seconds,
                 "read_seconds": self.read_seconds, "save_seconds": self.save_seconds,
                 "cache": self.cache.stats()}
@@ -358,8 +425,10 @@ class ChunkSource:
 
 def _long(stream: str, cols: Sequence[str], t: Any) -> pd.DataFrame:
     """One surrounding stream's tuples of the chunk in long form (``ROW_COLUMNS``)."""
-    wide = t.to_pandas()
-    wide["ts"] = pd.to_datetime(wide.pop(TS_US) * 1000, utc=True)
-    long = wide.melt(id_vars=["eid", "ts"], value_vars=list(cols), var_name="attr", value_name="value")
-    long["part"] = f"surrounding:{stream}"
-    return long[list(ROW_COLUMNS)]
+    n, k = t.num_rows, len(cols)
+    eid = t.column("eid").to_numpy(zero_copy_only=False).astype(object)
+    ts = pd.to_datetime(np.tile(t.column(TS_US).to_numpy(zero_copy_only=False).astype(np.int64) * 1000, k), utc=True)
+    values = [t.column(c).to_numpy(zero_copy_only=False).astype(object) for c in cols]
+    return pd.DataFrame({"eid": np.tile(eid, k), "ts": ts, "attr": np.repeat(np.asarray(list(cols), dtype=object), n),
+                         "value": np.concatenate(values) if values else np.zeros(0, dtype=object),
+                         "part": np.full(n * k, f"surrounding:{stream}", dtype=object)}, columns=list(ROW_COLUMNS))

@@ -14,8 +14,9 @@ Contract every policy keeps (tests/scheduler/test_policy_contract.py checks it):
 - a running task is never granted again before its ``complete``;
 - QUERY tasks are granted before MATERIALIZATION tasks when both are runnable and the
   caller reports a busy system;
-- a task with a ``feedback_period`` (and no time bound) suspends after that many quanta,
-  resumes on ``feedback``/``accelerate``, and is discarded by ``expire`` once its
+- a task with a ``feedback_period`` (and no time bound) suspends after that many steps
+  (chunks: a quantum reads one, or ``steps`` when its ``complete`` says so, never more
+  than :meth:`~SchedulingPolicy.steps_left`), resumes on ``feedback``/``accelerate``, and is discarded by ``expire`` once its
   feedback deadline (by the policy's clock) has passed;
 - ``cancel`` of a running task removes it at once; its late ``complete`` is accepted and
   forgotten;
@@ -52,9 +53,17 @@ class SchedulingPolicy(ABC):
         fraction of history-query slots busy if this one is filled."""
 
     @abstractmethod
-    def complete(self, task_id: str, *, results: int = 0, done: bool = False) -> tuple[SchedulerEvent, ...]:
-        """End the task's quantum in flight, having produced ``results`` rows; ``done``
-        ends the task. Returns what happened (e.g. a ``TaskSuspended``)."""
+    def complete(self, task_id: str, *, results: int = 0, done: bool = False,
+                 steps: int = 1) -> tuple[SchedulerEvent, ...]:
+        """End the task's quantum in flight, having produced ``results`` rows over
+        ``steps`` chunks (counted towards its feedback period); ``done`` ends the task.
+        Returns what happened (e.g. a ``TaskSuspended``)."""
+
+    def steps_left(self, task_id: str) -> int | None:
+        """How many chunks the task's next quantum may read before it must suspend for
+        feedback (None: no feedback period). This default allows one: a policy that
+        counts steps says more."""
+        return 1
 
     @abstractmethod
     def feedback(self, eid: str) -> tuple[str, ...]:

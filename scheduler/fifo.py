@@ -89,7 +89,8 @@ class FifoScheduler(SchedulingPolicy):
         return QuantumGranted(best.task_id, best.eid, best.priority, best.quanta, best.tickets,
                               Fraction(best.seq), self.clock.now())
 
-    def complete(self, task_id: str, *, results: int = 0, done: bool = False) -> tuple[SchedulerEvent, ...]:
+    def complete(self, task_id: str, *, results: int = 0, done: bool = False,
+                 steps: int = 1) -> tuple[SchedulerEvent, ...]:
         if task_id in self._orphans:
             self._orphans.discard(task_id)
             return ()
@@ -98,7 +99,7 @@ class FifoScheduler(SchedulingPolicy):
             raise TaskNotRunning(f"task {task_id!r} has no quantum in flight (state {t.state.value})")
         now = self.clock.now()
         t.results += results
-        t.since_feedback += 1
+        t.since_feedback += max(1, int(steps))
         if done:
             del self._tasks[task_id]
             return (TaskFinished(task_id, t.eid, t.quanta, t.results, now),)
@@ -107,6 +108,10 @@ class FifoScheduler(SchedulingPolicy):
             return (TaskSuspended(task_id, t.eid, t.quanta, t.deadline, now),)
         t.state = TaskState.RUNNABLE
         return ()
+
+    def steps_left(self, task_id: str) -> int | None:
+        t = self._get(task_id)
+        return None if t.feedback_period is None else max(1, t.feedback_period - t.since_feedback)
 
     def feedback(self, eid: str) -> tuple[str, ...]:
         resumed = []

@@ -201,8 +201,10 @@ class StrideScheduler(SchedulingPolicy):
         self._emit(ev)
         return ev
 
-    def complete(self, task_id: str, *, results: int = 0, done: bool = False) -> tuple[SchedulerEvent, ...]:
-        """End the task's quantum in flight, having produced ``results`` rows.
+    def complete(self, task_id: str, *, results: int = 0, done: bool = False,
+                 steps: int = 1) -> tuple[SchedulerEvent, ...]:
+        """End the task's quantum in flight, having produced ``results`` rows over
+        ``steps`` chunks (each counts towards the feedback period).
 
         Deducts ``tickets_per_result * results`` tickets (fractions carried over, never
         below ``min_tickets``). Then: ``done`` finishes the task (it leaves the
@@ -222,7 +224,7 @@ class StrideScheduler(SchedulingPolicy):
         q = self._queues[task.priority]
         self._running[task.priority] -= 1
         task.results += results
-        task.since_feedback += 1
+        task.since_feedback += max(1, int(steps))
         out: list[SchedulerEvent] = [self._emit(QuantumCompleted(task_id, task.eid, task.quanta, results, now))]
         if done:
             q.remove(task_id)
@@ -250,6 +252,14 @@ class StrideScheduler(SchedulingPolicy):
         return tuple(out)
 
     # -- steering (M 4.4) ----------------------------------------------------------
+    def steps_left(self, task_id: str) -> int | None:
+        """Chunks the task may still read before it suspends for feedback (at least 1;
+        None without a feedback period)."""
+        task = self._get(task_id)
+        if task.feedback_period is None:
+            return None
+        return max(1, task.feedback_period - task.since_feedback)
+
     def feedback(self, eid: str) -> tuple[str, ...]:
         """The user said "continue" for ``eid``: resume its suspended tasks and restart
         the feedback period of all its tasks. Returns the ids of the resumed tasks."""

@@ -52,7 +52,32 @@ class ChunkIndex:
     """Long-form surrounding rows (read only: an index without any shares one empty frame)."""
     contexts: int = 0
     """How many context rows the chunk was built from (for build rates)."""
+    span: int = 1
+    """How many archive chunks it holds (:meth:`concat` of a run of chunks: more than one)."""
     _memo: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def concat(cls, parts: Sequence[ChunkIndex]) -> ChunkIndex:
+        """One index holding the rows of ``parts`` in their order (a run of consecutive
+        chunks read as one, newest first): matrices stacked, columns padded to the widest,
+        keys and surrounding rows concatenated.
+
+        >>> import scipy.sparse as sp
+        >>> def one(eid, ts, key):
+        ...     return ChunkIndex(ContextChunk.from_tf([eid], [ts], sp.csr_matrix([[1.0]])), {"key": np.array([key], dtype=object)})
+        >>> ix = ChunkIndex.concat([one("b", 20, "k2"), one("a", 10, "k1")])
+        >>> ix.n, ix.span, ix.chunk.eids.tolist(), ix.keys["key"].tolist()
+        (2, 2, ['b', 'a'], ['k2', 'k1'])
+        """
+        if len(parts) == 1:
+            return parts[0]
+        names = sorted({k for p in parts for k in p.keys})
+        keys = {k: np.concatenate([p.keys[k] if k in p.keys else np.full(p.n, None, dtype=object) for p in parts])
+                for k in names}
+        sur = [p.surrounding for p in parts if len(p.surrounding)]
+        return cls(ContextChunk.concat([p.chunk for p in parts]), keys,
+                   pd.concat(sur, ignore_index=True) if len(sur) > 1 else (sur[0] if sur else _NO_ROWS),
+                   sum(p.contexts for p in parts), sum(p.span for p in parts))
 
     def memo(self, key: Any, make) -> Any:
         """``make()`` once per ``key`` for this chunk (what every event's task derives

@@ -59,6 +59,13 @@ class IndexCache:
             self.hits += 1
             return item[0]
 
+    def peek(self, key: Hashable) -> Any | None:
+        """The entry under ``key`` if held, else None; counts nothing and leaves the
+        recency order alone (a look to decide, not a use)."""
+        with self._lock:
+            item = self._items.get(key)
+            return None if item is None else item[0]
+
     def put(self, key: Hashable, value: Any) -> None:
         size = int(value.nbytes)
         with self._lock:

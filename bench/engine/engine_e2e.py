@@ -328,25 +328,34 @@ def retry(fn, what: str, attempts: int = 6):
     raise AssertionError("unreachable")
 
 
-def wait_done(queries, until_ns: int, timeout: float, poll: float = 0.25) -> float:
+def wait_done(queries, until_ns: int, timeout: float, poll: float = 0.5, check_every: int = 4) -> float:
     """The wall time (epoch seconds) at which the last of ``queries`` finished the
     micro-batch that took its source to ``until_ns``: that batch's trigger start plus its
     ``triggerExecution``, from Spark's progress (:func:`finished_at`). So neither the
     poll's period nor its py4j calls enter the figure: a fast poll holds the driver's GIL,
-    taken from the engine's own threads."""
+    taken from the engine's own threads (each poll is a py4j call and a JSON parse per
+    query; a failed query is looked for every ``check_every`` polls, and at the end)."""
     start = time.monotonic()
     pending = list(queries)
+    polls = 0
     while pending:
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"throughput run not done in {timeout}s: "
                                f"{[(q.name, progress_t(q.lastProgress or {})) for q in pending]}")
-        for q in pending:
-            if q.exception() is not None:
-                raise RuntimeError(f"query {q.name} failed: {q.exception()}")
+        if polls % check_every == 0:
+            _raise_failed(pending)
+        polls += 1
         pending = [q for q in pending if (progress_t(q.lastProgress or {}) or -1) < until_ns]
         if pending:
             time.sleep(poll)
+    _raise_failed(queries)
     return max(finished_at(q.recentProgress, until_ns, q.name) for q in queries)
+
+
+def _raise_failed(queries) -> None:
+    for q in queries:
+        if q.exception() is not None:
+            raise RuntimeError(f"query {q.name} failed: {q.exception()}")
 
 
 def finished_at(progresses: list[dict], until_ns: int, name: str = "query") -> float:

@@ -21,7 +21,7 @@ from moirae.ingest.archive_waits import ArchiveWaits
 from moirae.ingest.events import EventLog, EventRecord
 from moirae.ingest.live import EventFlow
 from moirae.materialize.replica import FlaggedReads
-from moirae.queries.context import ContextRunner, compute_context, context_tuples
+from moirae.queries.context import ContextRunner, compute_context, contexts_by_eid
 from moirae.queries.hybrid import ContextQuery, EventQuery, context_stream
 from recall.manager import RecallManager
 
@@ -116,12 +116,13 @@ class EventProcessor:
         """Log the events with their contexts; each new one is learned, published and recalled."""
         records = []
         monitor, version = self.deployed.monitor_of.get(q.name, (None, None))  # which version raised it
+        by_eid = {cq: contexts_by_eid(cx, q.eid, q.ts) for cq, cx in contexts.items()}  # one pass per query
         for row in frame.to_dict("records"):
             eid = str(row[q.eid])
             attrs = {k: v for k, v in row.items() if k not in (q.eid, q.ts)}
             rec = EventRecord(q.name, eid, row[q.ts].to_pydatetime(), attrs, monitor=monitor, version=version)
-            for cq, cx in contexts.items():
-                tuples = context_tuples(cx, row[q.eid], q.eid, q.ts)
+            for cq in contexts:
+                tuples = by_eid[cq].get(row[q.eid], [])
                 if cq.surrounding:
                     rec.surrounding[cq.name] = tuples
                 else:

@@ -55,10 +55,21 @@ class ResolutionCache:
         self.queries = 0  # round trips made
         self.answered = 0  # ids answered without one
 
-    def invalidate(self) -> None:
-        """Forget everything (a note or an incident's events changed)."""
+    def invalidate(self, notes_only: bool = False) -> None:
+        """Forget everything (a note changed), or with ``notes_only`` the notes looked up
+        but not whether any incident has one (an incident's events changed: no note was
+        written, so a "none at all" still holds, until ``ttl`` from when it was learned).
+
+        >>> asked = []
+        >>> cache = ResolutionCache(lambda ids: {}, lambda: asked.append(1) or False, ttl=60)
+        >>> cache.get(["i1"]), cache.invalidate(notes_only=True), cache.get(["i2"]), len(asked)
+        ({}, None, {}, 1)
+        """
         with self._lock:
-            self._gen = _Generation(self.clock())
+            old = self._gen
+            self._gen = _Generation(old.born if notes_only else self.clock())
+            if notes_only:
+                self._gen.any = old.any
 
     def _current(self) -> _Generation:
         with self._lock:

@@ -296,7 +296,7 @@ class IncidentStore:
                                     "start_ts = least(start_ts, %s), last_ts = greatest(last_ts, %s), "
                                     "status = CASE WHEN status = 'resolved' THEN 'open' ELSE status END, "
                                     "updated_at = now() WHERE id = %s", (r.ts, r.ts, incident))
-            self.resolution_cache.invalidate()  # new eids of (possibly noted) incidents
+            self.resolution_cache.invalidate(notes_only=True)  # new eids of (possibly noted) incidents, no new note
         for iid in dict.fromkeys(changed):
             self._announce(iid)
         return changed

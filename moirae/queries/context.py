@@ -80,9 +80,26 @@ def context_tuples(frame: pd.DataFrame, eid_value: str, eid: str = "eid", ts: st
     """The context of one event: its tuples as attribute dicts (eid and ts removed)."""
     if frame.empty:
         return []
-    rows = frame[frame[eid] == eid_value].drop(columns=[eid, ts])
-    return [{k: v for k, v in r.items() if v is not None and not (isinstance(v, float) and pd.isna(v))}
-            for r in rows.to_dict("records")]
+    return contexts_by_eid(frame[frame[eid] == eid_value], eid, ts).get(eid_value, [])
+
+
+def contexts_by_eid(frame: pd.DataFrame, eid: str = "eid", ts: str = "ts") -> dict[Any, list[dict]]:
+    """Every event's context in ``frame`` at once (one pass, not a filter per event):
+    ``{eid: [tuple as an attribute dict, ...]}`` in the frame's order, nulls left out, as
+    :func:`context_tuples` gives one event's.
+
+    >>> f = pd.DataFrame({"eid": ["a", "b", "a"], "ts": [0, 0, 0], "user": ["x", None, "y"]})
+    >>> contexts_by_eid(f)
+    {'a': [{'user': 'x'}, {'user': 'y'}], 'b': [{}]}
+    """
+    if frame.empty:
+        return {}
+    cols = [c for c in frame.columns if c not in (eid, ts)]
+    out: dict[Any, list[dict]] = {}
+    for key, *vals in frame[[eid, *cols]].itertuples(index=False, name=None):
+        out.setdefault(key, []).append({c: v for c, v in zip(cols, vals, strict=True)
+                                        if v is not None and not (isinstance(v, float) and v != v)})
+    return out
 
 
 def context_spec(spark: Callable[[], Any], arch: Archiver, cq: ContextQuery, q: EventQuery,

@@ -119,6 +119,19 @@ def test_feedback_suspends_and_resumes(policy, clock, resume):
     assert policy.choose().task_id == a
 
 
+def test_a_quantum_of_several_steps_counts_them_towards_the_feedback_period(policy):
+    a = policy.submit("e", feedback_period=5, feedback_timeout=5)
+    assert policy.steps_left(a) == 5
+    policy.choose()
+    assert not any(isinstance(e, TaskSuspended) for e in policy.complete(a, results=1, steps=3))
+    assert policy.steps_left(a) == 2
+    policy.choose()
+    assert any(isinstance(e, TaskSuspended) for e in policy.complete(a, results=1, steps=2))
+    policy.feedback("e")
+    assert policy.steps_left(a) == 5  # feedback restarts the period
+    assert policy.steps_left(policy.submit("f", bounded=True)) is None
+
+
 def test_bounded_tasks_never_suspend(policy):
     a = policy.submit("e", bounded=True, feedback_period=1)
     for _ in range(3):
