@@ -84,11 +84,35 @@ def jvm_threads(pid: int) -> dict[str, float]:
     return out
 
 
-class CpuShare:
-    """CPU seconds per process class between :meth:`start` and :meth:`stop`."""
+def postmaster_of(dsn: str) -> int | None:
+    """The pid of the PostgreSQL server ``dsn`` reaches, when it runs on this machine
+    (the parent of a backend of it), else None."""
+    import psycopg2
 
-    def __init__(self, interval_s: float = 1.0) -> None:
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            backend = cur.fetchone()[0]
+        return psutil.Process(backend).ppid()
+    except psutil.Error:
+        return None
+    finally:
+        conn.close()
+
+
+class CpuShare:
+    """CPU seconds per process class between :meth:`start` and :meth:`stop`.
+
+    On a shared machine other sessions' Spark JVMs, Python workers and PostgreSQL
+    servers run beside the measured one. With ``own`` only this process's descendants
+    count as ``jvm`` and ``python_workers`` (its Spark JVM and that JVM's workers), and
+    with ``postmaster`` only that server's processes as ``postgres``; the others'
+    CPU then shows in ``other``."""
+
+    def __init__(self, interval_s: float = 1.0, own: bool = False, postmaster: int | None = None) -> None:
         self.interval_s = interval_s
+        self.own, self.postmaster = own, postmaster
         self._seconds = dict.fromkeys(CLASSES, 0.0)
         self._prev: dict[int, tuple[str, float]] = {}
         self._ignored: set[tuple[int, float | None]] = set()  # (pid, start time) of processes of no class
@@ -137,7 +161,7 @@ class CpuShare:
                     continue
                 used = times.user + times.system
                 known = self._prev.get(p.pid)
-                cls = known[0] if known else classify(p.name() or "", p.cmdline() or [], p.pid == me)
+                cls = known[0] if known else self._scoped(p, classify(p.name() or "", p.cmdline() or [], p.pid == me))
             except (psutil.Error, TypeError):
                 continue
             if cls is None:
@@ -148,6 +172,15 @@ class CpuShare:
             elif known is None and self._since is not None and (info["create_time"] or 0) >= self._since:
                 self._seconds[cls] += used  # born after start(): all of its time is in the window
             self._prev[p.pid] = (cls, used)
+
+
+    def _scoped(self, p: psutil.Process, cls: str | None) -> str | None:
+        """``cls``, or None for a process outside the measured run (class doc)."""
+        if cls in ("jvm", "python_workers") and self.own:
+            return cls if any(a.pid == os.getpid() for a in p.parents()) else None
+        if cls == "postgres" and self.postmaster is not None:
+            return cls if self.postmaster in (p.pid, p.ppid()) else None
+        return cls
 
 
 def _busy() -> float:

@@ -62,9 +62,14 @@ def test_archive_grows_in_place_and_a_driver_run_reads_all_of_it(bench):
     assert 0 < run["open_mb"] <= run["peak_mb"]
 
 
-def _data(rates, flat, rss):
-    return {"queries": {"points": [{"queries": n, "rows_per_s": r, "over_baseline": round(r / rates[0][1], 3),
-                                    "saturated": s} for (n, r), s in zip(rates, (True, True), strict=True)]},
+def _data(rates, flat, rss, spread=(1.0, 1.0)):
+    """Two rounds of the rate curve, the second's non-baseline rates scaled by ``spread``."""
+    def point(n, r):
+        xs = [round(r * k / rates[0][1], 3) if n != 1 else 1.0 for k in spread]
+        return {"queries": n, "rows_per_s": r, "over_baseline": xs[0], "over_baseline_by_round": xs,
+                "saturated": True, "saturated_by_round": [True, True]}
+
+    return {"queries": {"points": [point(n, r) for n, r in rates]},
             "open": {"flatness_by_round": flat, "points": [{"open": 10}, {"open": 1000}]},
             "rss": {"ceiling": None, "points": [{"rows": 10**6, "over_baseline_by_round": [1.0, 1.0]},
                                                 {"rows": 10**8, "over_baseline_by_round": rss}]}}
@@ -127,8 +132,31 @@ def test_rss_curve_stops_at_a_size_past_its_load_budget_and_records_the_ceiling(
     assert all(run["chunks_read"] == 2 * run["chunks"] for p in r["points"] for run in p["runs"])
 
 
-def test_a_baseline_slower_than_more_queries_leaves_the_rate_target_unresolved():
-    data = _data([(1, 100_000), (8, 60_000)], [1.2], [1.1])
-    data["queries"]["points"].insert(1, {"queries": 2, "rows_per_s": 150_000, "over_baseline": 1.5, "saturated": True})
+def test_the_rate_target_is_judged_by_rounds():
+    straddling = cc.targets(_data([(1, 100_000), (8, 60_000)], [1.2], [1.1], spread=(1.0, 0.7)))[0]
+    assert straddling["met"] is None and "straddle 0.5" in straddling["note"]
+    assert "0.600, 0.420" in straddling["measured"]
+    one_round = _data([(1, 100_000), (8, 60_000)], [1.2], [1.1])
+    for p in one_round["queries"]["points"]:
+        p["over_baseline_by_round"], p["saturated_by_round"] = p["over_baseline_by_round"][:1], [True]
+    assert cc.targets(one_round)[0]["met"] is None  # one round has no spread to judge by
+
+
+def test_an_unsaturated_round_leaves_a_verdict_it_would_bias_unresolved():
+    data = _data([(1, 100_000), (8, 40_000)], [1.2], [1.1])
+    data["queries"]["points"][1]["saturated_by_round"] = [True, False]  # 8 queries idle: its rate a lower bound
     t = cc.targets(data)[0]
-    assert t["met"] is None and "2 queries ran faster" in t["note"]
+    assert t["met"] is None and "not saturated" in t["note"]
+
+
+def test_more_queries_faster_than_one_is_reported_not_a_verdict():
+    data = _data([(1, 100_000), (8, 60_000)], [1.2], [1.1])
+    data["queries"]["points"].insert(1, {"queries": 2, "rows_per_s": 150_000, "over_baseline": 1.5,
+                                         "over_baseline_by_round": [1.5, 1.5], "saturated": True})
+    t = cc.targets(data)[0]
+    assert t["met"] is True and "2 queries ran faster than 1" in t["note"]
+
+
+def test_round_ratios_pair_each_point_with_its_rounds_baseline():
+    by_round = [{1: {"rows_per_s": 200.0}, 8: {"rows_per_s": 120.0}}, {1: {"rows_per_s": 100.0}, 8: {"rows_per_s": 70.0}}]
+    assert cc.round_ratios(by_round, 1) == {1: [1.0, 1.0], 8: [0.6, 0.7]}

@@ -43,3 +43,15 @@ def test_only_the_bounded_runs_have_a_bound():
     for run in ("burst_bounded", "archive"):  # one trigger of what they are offered, the same for both
         offered, bound = bursts.plan(run, s)
         assert (offered, bound) == (bursts.OVER * s, int(offered * bursts.TRIGGER_S))
+
+
+def test_the_found_rate_is_stepped_down_until_it_holds_a_whole_run():
+    held = bursts.confirm(lambda rate: {"rate": rate, "sustained": rate <= 750}, 1000)
+    assert held["rate"] == 729 and [r["rate"] for r in held["runs"]] == [1000, 900, 810, 729]
+    assert bursts.confirm(lambda rate: {"rate": rate, "sustained": True}, 1000)["rate"] == 1000
+    assert bursts.confirm(lambda rate: {"rate": rate, "sustained": False}, 1000)["rate"] == 0
+
+
+def test_a_probe_at_the_edge_of_the_trigger_does_not_keep_up():
+    edge = {"offered": 100, "seconds": 20, "queries": {"a": {"batches": 10, "p90_ms": 1997, "max_batch_rows": 200}}}
+    assert bursts.keeps_up(edge) and not bursts.keeps_up(edge, bursts.HEADROOM)

@@ -121,7 +121,7 @@ class Engine(MonitorMethods, RuleMethods, RetractMethods, PatternMethods):
     # -- sources ---------------------------------------------------------------------
 
     def source(self, name: str, df, ts: str, lateness: str = "10 seconds", indexes=(),
-               retention: RetentionPolicy | None = None, sparse: bool = False):
+               retention: RetentionPolicy | None = None, sparse: bool = False, shared_read: bool | None = None):
         """Register a streaming DataFrame as the archived source stream ``name``, with
         event-time column ``ts`` and an allowed lateness (its watermark delay). Returns
         the DataFrame with its watermark, for event-queries to build on.
@@ -132,8 +132,18 @@ class Engine(MonitorMethods, RuleMethods, RetractMethods, PatternMethods):
         of its archive query finds nothing new (:mod:`moirae.runtime.idle`), instead of waiting
         out their timeout when its offsets stand still (Kafka, files, a bounded replay at
         its end). Leave it off for an input that may arrive late: the wait is what lets
-        its late rows into contexts."""
-        return self.sources.register(name, df, ts, lateness, indexes, retention, sparse)
+        its late rows into contexts.
+
+        ``shared_read``: whether the first event-query deployed on the source archives it
+        in its own read (:mod:`archive.shared`; default: ``archive.shared_read``). False
+        gives the source its own archive query, and each event-query reads it again: for
+        a source that is cheap to read and replayable (every read yields the same tuples:
+        Kafka, files, Spark's ``rate`` source with an event time derived from ``value``),
+        where a second read may cost less than each row's hop through the archive's
+        Python writer and back into the query's plan. A source that is not
+        replayable must be read once (the default), or the event-query's provenance names
+        tuples the archive never held."""
+        return self.sources.register(name, df, ts, lateness, indexes, retention, sparse, shared_read)
 
     def watermark(self, name: str) -> datetime | None:
         """The source's current watermark (the last one seen, once its query has stopped)."""

@@ -44,6 +44,7 @@ class Source:
     reader: Any = None  # that event-query's live flow (its ``streaming`` query and ``started`` time)
     sparse: bool = False  # never lags the other inputs: an idle trigger means caught up (moirae.runtime.idle)
     started: float = float("inf")  # wall time its archive query started
+    shared_read: bool | None = None  # False: never archived by an event-query's read (archive.shared)
 
 
 class SharedReader(Protocol):
@@ -83,7 +84,7 @@ class SourceRegistry:
         return self.data_dir / "checkpoints" / s.postgres.schema / s.scenario / name
 
     def register(self, name: str, df, ts: str, lateness: str, indexes=(), retention: RetentionPolicy | None = None,
-                 sparse: bool = False):
+                 sparse: bool = False, shared_read: bool | None = None):
         """See :meth:`moirae.engine.engine.Engine.source`."""
         if name in self.by_name:
             raise EngineError(f"source {name!r} is already registered")
@@ -97,7 +98,8 @@ class SourceRegistry:
         watermarked = typed.withWatermark(ts, lateness)
         layout = archive_layout(df, spec)
         self.by_name[name] = Source(name, watermarked, ts, lateness, list(spec.columns),
-                                    layout.withWatermark(ts, lateness), layout=layout, sparse=sparse)
+                                    layout.withWatermark(ts, lateness), layout=layout, sparse=sparse,
+                                    shared_read=shared_read)
         if self.started:
             self.start(self.by_name[name])
         return watermarked
@@ -106,12 +108,14 @@ class SourceRegistry:
         """The source ``name`` read through its archive's partition writers, for event-query
         ``owner`` (whose live flow is ``reader``) to build on, with the
         :class:`archive.shared.SharedArchive` that owner's batches drive; None when the
-        source keeps its own archive query (``archive.shared_read`` off, the engine already
-        started, another event-query claimed it first, or its checkpoint says it was
-        archived otherwise before). The first event-query deployed on a source claims it;
+        source keeps its own archive query (``archive.shared_read`` off, or the source
+        registered with ``shared_read=False``; the engine already started, another
+        event-query claimed it first, or its checkpoint says it was archived otherwise
+        before). The first event-query deployed on a source claims it;
         one deployed after it reads the source a second time. See :mod:`archive.shared`."""
         src = self.by_name[name]
-        if (not self.settings.archive.shared_read or not self.sharing or self.started or src.query is not None
+        wanted = self.settings.archive.shared_read if src.shared_read is None else src.shared_read
+        if (not wanted or not self.sharing or self.started or src.query is not None
                 or src.shared_by is not None or claim(self.checkpoint_dir(name), owner) is not None):
             return None
         shared = SharedArchive(self.archiver, name, owner)

@@ -180,6 +180,28 @@ def test_a_query_that_fails_to_deploy_gives_its_source_back(spark, pg, tmp_path,
         db.close()
 
 
+@pytest.mark.parametrize("pg_dsn", ["embedded"], indirect=True)
+def test_a_source_registered_read_twice_keeps_its_own_archive_query(spark, pg, tmp_path, monkeypatch):
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    db = Database(pg.dsn, schema=f"t_{uuid.uuid4().hex[:12]}")
+    folders = [tmp_path / "in_a", tmp_path / "in_b"]
+    for f in folders:
+        f.mkdir()
+    engine = _engine(db, str(tmp_path / "data"), shared=True)  # the engine's default: shared
+    try:
+        engine.source("metrics", _source(spark, folders[0]), ts="ts", indexes=[("sid",)], shared_read=False)
+        engine.source("other", _source(spark, folders[1]), ts="ts", indexes=[("sid",)])
+        engine.event_query("overload", sc.overload, inputs=["metrics"])
+        engine.event_query("overload_other", sc.overload, inputs=["other"])
+        assert engine.sources.by_name["metrics"].shared_by is None  # its own archive query, read again
+        assert not (engine.checkpoint_dir("metrics") / MARKER).exists()
+        assert engine.sources.by_name["other"].shared_by == "overload_other"  # the default still applies
+    finally:
+        engine.close()
+        db.drop_schema()
+        db.close()
+
+
 def test_claims_and_batch_ids(tmp_path):
     ck = tmp_path / "ck"
     assert claim(ck, "a") is None  # nothing ever archived it
