@@ -123,27 +123,27 @@ def sink_polys(plan: PolyPlan, table, rows: Sequence[tuple[SinkTuple, list[tuple
 
 def _archived(plan: PolyPlan, rows, values: ValueReader | None) -> list[tuple[int, datetime, Poly]]:
     """Digest windows: the values of the resolved ids, read from the archive (NaN where
-    an id or a slot cannot be read: an expression argument, or no reader)."""
+    an id or a slot cannot be read: an expression argument, or no reader). The batch's
+    ids are matched with the values read as arrays, at once."""
     k = len(plan.value_columns)
     slot_col: dict[int, str] = {a.slot: a.column for a in plan.aggs if a.slot is not None and a.column is not None}
     slots = sorted(slot_col)
     cols = [slot_col[j] for j in slots]
-    found: dict[int, tuple] = {}
-    all_ids = [i for _, lst in rows for i, _ in lst]
-    if values is not None and cols and all_ids:
+    lens = np.fromiter((len(lst) for _, lst in rows), np.int64, len(rows))
+    ids = np.fromiter((i for _, lst in rows for i, _ in lst), np.int64, int(lens.sum()))
+    vals = np.full((len(ids), k), np.nan)
+    if values is not None and cols and len(ids):
         lo = min(ts for _, lst in rows for _, ts in lst)
         hi = max(ts for _, lst in rows for _, ts in lst)
-        found = values(plan.streams[0], cols, sorted(set(all_ids)), lo, hi + timedelta(microseconds=1))
-    out = []
-    for st, lst in rows:
-        ids = np.fromiter((i for i, _ in lst), np.int64, len(lst))
-        vals = np.full((len(lst), k), np.nan)
-        for r, sid in enumerate(ids.tolist()):
-            got = found.get(sid)
-            if got is None:
-                continue
-            for c, j in enumerate(slots):
-                v = got[c]
-                vals[r, j] = np.nan if v is None else float(v)
-        out.append((st.id, st.ts, Poly(ids, vals, plan.degree)))
-    return out
+        found = values(plan.streams[0], cols, np.unique(ids).tolist(), lo, hi + timedelta(microseconds=1))
+        if found:
+            keys = np.fromiter(found.keys(), np.int64, len(found))
+            got = np.array(list(found.values()), dtype=np.float64).reshape(len(found), len(cols))  # None: NaN
+            order = np.argsort(keys)
+            keys, got = keys[order], got[order]
+            pos = np.minimum(np.searchsorted(keys, ids), len(keys) - 1)
+            hit = np.flatnonzero(keys[pos] == ids)
+            vals[np.ix_(hit, slots)] = got[pos[hit]]
+    ends = np.cumsum(lens)
+    return [(st.id, st.ts, Poly(ids[e - n:e], vals[e - n:e], plan.degree))
+            for (st, _), n, e in zip(rows, lens.tolist(), ends.tolist(), strict=True)]

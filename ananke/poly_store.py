@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from ananke.errors import BadPrefix
 from ananke.polynomial import Poly, PolyPlan
-from ananke.store import _PREFIX_RE, _ints
+from ananke.store import _PREFIX_RE, _ints, _times
 
 
 class PolyStore:
@@ -61,6 +63,7 @@ class PolyStore:
                     ids bigint[] NOT NULL, vals bytea, PRIMARY KEY (sink, sink_id))""")
                 cur.execute(f"CREATE INDEX IF NOT EXISTS {self.t}_ids ON {self.t} USING gin (ids) "
                             "WITH (fastupdate = off)")
+                cur.execute(f"CREATE INDEX IF NOT EXISTS {self.t}_time ON {self.t} (sink, tuple_ts)")
                 cur.execute("SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = to_regclass(%s)",
                             (f"{self.t}_ids",))
                 if "fastupdate=off" not in cur.fetchone()[0]:  # an index made before: merge its pending list
@@ -85,17 +88,55 @@ class PolyStore:
 
     def put(self, sink: str, rows: Sequence[tuple[int, datetime, Poly]]) -> None:
         """Store sink tuples' polynomials ``(sink id, sink tuple time, poly)``, idempotently,
-        in one transaction (one statement)."""
+        in one statement: every polynomial's ids go as one flat array and its values as
+        one byte string, each row taking its slice of them (:func:`packed`), so a batch
+        costs a few parameters, not a literal per polynomial."""
         if not rows:
             return
-        from psycopg2.extras import execute_values
-
-        vals = [(sink, int(sid), ts, _ints(p.ids.tolist()), p.to_bytes() if p.values is not None else None)
-                for sid, ts, p in rows]
+        params = packed(rows)
         with self._writing() as cur:
-            execute_values(cur, f"INSERT INTO {self.t} (sink, sink_id, tuple_ts, ids, vals) VALUES %s "
-                                "ON CONFLICT DO NOTHING", vals, template="(%s, %s, %s, %s::bigint[], %s)",
-                           page_size=1000)
+            cur.execute(f"INSERT INTO {self.t} (sink, sink_id, tuple_ts, ids, vals) "
+                        "SELECT %s, r.sid, r.ts, (%s::bigint[])[r.lo:r.hi], "
+                        "CASE WHEN r.vn < 0 THEN NULL ELSE substring(%s::bytea FROM r.vo FOR r.vn) END "
+                        "FROM unnest(%s::bigint[], %s::timestamptz[], %s::int[], %s::int[], %s::int[], %s::int[]) "
+                        "AS r(sid, ts, lo, hi, vo, vn) ON CONFLICT DO NOTHING", (sink, *params))
+
+    def add_terms(self, sink: str, terms: Mapping[int, Poly]) -> int:
+        """Maintenance under insert (H 6): add to the stored polynomial of each sink tuple
+        ``sink_id`` of ``sink`` the terms of ``terms[sink_id]`` (a window's late tuples,
+        :func:`ananke.poly_maint.late_terms`) whose monomial it does not hold yet, in one
+        transaction (the rows locked while merged: a concurrent add waits). Idempotent;
+        returns how many terms were added. Sink tuples without a stored polynomial are
+        left alone."""
+        if not terms:
+            return 0
+        added = 0
+        with self._writing() as cur:
+            cur.execute(f"SELECT sink_id, ids, vals FROM {self.t} WHERE sink = %s AND sink_id = ANY(%s::bigint[]) "
+                        "ORDER BY sink_id FOR UPDATE", (sink, _ints(sorted(terms))))
+            for sid, ids, blob in cur.fetchall():
+                old = Poly.from_bytes(ids, bytes(blob) if blob is not None else None, 1)
+                new = terms[sid]
+                fresh = ~np.isin(new.ids, old.ids)
+                if not fresh.any():
+                    continue
+                merged = Poly(np.concatenate([old.ids, new.ids[fresh]]),
+                              None if old.values is None or new.values is None
+                              else np.vstack([old.values, new.values[fresh]]), 1)
+                cur.execute(f"UPDATE {self.t} SET ids = %s::bigint[], vals = %s WHERE sink = %s AND sink_id = %s",
+                            (_ints(merged.ids.tolist()), merged.to_bytes() if merged.values is not None else None,
+                             sink, sid))
+                added += int(fresh.sum())
+        return added
+
+    def between(self, sink: str, after: datetime | None, upto: datetime) -> list[tuple[int, datetime, Poly]]:
+        """The sink tuples of ``sink`` whose time is in ``(after, upto]`` (``after`` None:
+        every one up to ``upto``), with their polynomials, by time (an index on the time)."""
+        rows = self._query(f"SELECT sink_id, tuple_ts, ids, vals FROM {self.t} WHERE sink = %s "
+                           "AND tuple_ts > coalesce(%s::timestamptz, '-infinity') AND tuple_ts <= %s::timestamptz "
+                           "ORDER BY tuple_ts, sink_id", (sink, after, upto))
+        d = self._degree_of(sink)
+        return [(r[0], r[1], Poly.from_bytes(r[2], bytes(r[3]) if r[3] is not None else None, d)) for r in rows]
 
     def _degree_of(self, sink: str) -> int:
         if sink not in self._degree:
@@ -216,3 +257,25 @@ class PolyStore:
             if not conn.autocommit:
                 conn.rollback()
         return rows
+
+
+def packed(rows: Sequence[tuple[int, datetime, Poly]]) -> tuple:
+    """:meth:`PolyStore.put`'s parameters: every id as one array literal, every value
+    blob as one byte string, then per row its id, time, ids slice ``[lo:hi]`` (1-based,
+    inclusive) and value bytes (1-based offset, length; -1: NULL).
+
+    >>> from datetime import UTC
+    >>> t = datetime(2024, 1, 1, tzinfo=UTC)
+    >>> ids, blob, sids, ts, lo, hi, vo, vn = packed([(9, t, Poly(np.array([4, 5]))), (8, t, Poly(np.array([6])))])
+    >>> ids, blob, sids, lo, hi, vn
+    ('{4,5,6}', b'', '{9,8}', '{1,3}', '{2,3}', '{-1,-1}')
+    """
+    lens = np.fromiter((len(p.ids) for _, _, p in rows), np.int64, len(rows))
+    hi = np.cumsum(lens)
+    ids = np.concatenate([p.ids for _, _, p in rows]) if len(rows) else np.empty(0, np.int64)
+    blobs = [p.to_bytes() if p.values is not None else None for _, _, p in rows]
+    vn = np.fromiter((-1 if b is None else len(b) for b in blobs), np.int64, len(rows))
+    vo = np.cumsum(np.maximum(vn, 0)) - np.maximum(vn, 0) + 1
+    return (_ints(ids.tolist()), b"".join(b for b in blobs if b is not None), _ints(int(sid) for sid, _, _ in rows),
+            _times([ts for _, ts, _ in rows]), _ints((hi - lens + 1).tolist()), _ints(hi.tolist()),
+            _ints(vo.tolist()), _ints(vn.tolist()))

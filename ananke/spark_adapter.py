@@ -30,6 +30,7 @@ from ananke.errors import ProvenanceError
 from ananke.ids import PROV, from_micros
 from ananke.items import SinkTuple
 from ananke.poly_spark import ValueReader, sink_polys
+from ananke.poly_writer import PolyWriter
 from ananke.query import ProvSink
 
 Deliver = Callable[[object, int], None]
@@ -167,8 +168,10 @@ class Ank1SparkSink:
     are run without delivering anything (a replay in the same process). Call :meth:`attach` with the started
     query so the watermark can be read; :meth:`start` does both. ``polys(rows)``, if given
     and the sink keeps polynomials, gets each batch's sink-tuple polynomials
-    (:func:`ananke.poly_spark.sink_polys`) before ANK-1's graph is written, so a source
-    vertex never names an alert whose polynomial is missing.
+    (:func:`ananke.poly_spark.sink_polys`), built and stored on a thread of their own while
+    ANK-1 runs (:class:`ananke.poly_writer.PolyWriter`): ANK-1's graph is written only
+    after them, so a source vertex never names an alert whose polynomial is missing, and
+    the batch returns (Spark commits it) only once they are stored.
     """
 
     def __init__(self, sink: ProvSink, logic: Ank1Logic, deliver: Deliver | None = None,
@@ -186,8 +189,11 @@ class Ank1SparkSink:
         #: before ANK-1's graph; ``values`` reads a digest window's values from the archive
         self.polys = polys if sink.poly is not None else None
         self.values = values
-        if self.polys is not None:
-            self.seconds["poly"] = 0.0
+        #: builds and stores each batch's polynomials beside ANK-1's work; the graph's
+        #: writes and the batch's end wait for it (ananke.poly_writer)
+        self.poly_writer = PolyWriter(self._store_polys) if self.polys is not None else None
+        if self.poly_writer is not None:
+            logic.emit = self.poly_writer.gate(logic.emit) if logic.emit is not None else None
         self.query = None
         self._hold = sink.hold
         self.last_batch = -1
@@ -200,6 +206,10 @@ class Ank1SparkSink:
             # is still run to its end, because a stateful query's state stores commit only
             # when every partition was processed (Spark fails the query otherwise)
             batch_df.write.format("noop").mode("overwrite").save()
+            if self.poly_writer is not None:  # polynomials a failed attempt left unstored, then its graph
+                self.poly_writer.wait()
+                with self.logic.lock:
+                    self.logic.flush()
             return
         if self.deliver is not None:
             self.deliver(batch_df, batch_id)
@@ -211,10 +221,8 @@ class Ank1SparkSink:
         t0 = time.perf_counter()
         rows = sink_rows(self.sink, table, self.resolve)
         self.seconds["resolve"] += time.perf_counter() - t0
-        if self.polys is not None and rows:
-            t0 = time.perf_counter()
-            self.polys(sink_polys(self.sink.poly, table, rows, self.values))
-            self.seconds["poly"] += time.perf_counter() - t0
+        if self.poly_writer is not None and rows:
+            self.poly_writer.submit((table, rows))
         t0 = time.perf_counter()
         with self.logic.lock, self.logic.batched():  # the batch's graph in one transaction
             for st, prov in rows:
@@ -223,6 +231,14 @@ class Ank1SparkSink:
             self.last_batch = batch_id
             self.poll()
         self.seconds["ank1"] += time.perf_counter() - t0
+        if self.poly_writer is not None:  # stored before Spark commits the batch
+            self.poly_writer.wait()
+            self.seconds.update(self.poly_writer.seconds)
+
+    def _store_polys(self, batch) -> None:
+        """One batch's sink-tuple polynomials, built and handed to ``polys``."""
+        table, rows = batch
+        self.polys(sink_polys(self.sink.poly, table, rows, self.values))
 
     def attach(self, query) -> None:
         self.query = query

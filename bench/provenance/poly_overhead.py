@@ -17,9 +17,10 @@ keeps its provenance (``ananke.window_provenance``) are measured:
 
 Throughput = input rows / wall time until the query has drained the input. The four
 configurations (mode x polynomials off / on) run in one process and one Spark session,
-in the balanced orders of :func:`bench.harness.run_orders`
-(:func:`bench.provenance._rounds.alternate`), after one discarded warm-up run of each on a
-quarter of the input. Goal: on / off >= 0.9x in each mode, every round.
+each mode's off / on pair back to back in every round, which of the two goes first
+alternating (:func:`bench.provenance._rounds.paired`), after one discarded warm-up run of
+each on the whole input (the JVM still compiles through a shorter one). Goal: on / off
+>= 0.9x in each mode, every round.
 
 Run: ``python -m bench.provenance.poly_overhead [--quick] [--rounds N]``.
 """
@@ -40,10 +41,10 @@ import numpy as np
 import pandas as pd
 
 from bench.harness import ROOT, exit_code, publish, target, verdict
-from bench.provenance._rounds import alternate
+from bench.provenance._rounds import paired
 
 MEASURES = ("bench/provenance/poly_overhead.py", "bench/provenance/_rounds.py", "ananke/query.py",
-            "ananke/poly_spark.py", "ananke/poly_store.py", "ananke/spark_adapter.py", "ananke/polynomial.py",
+            "ananke/poly_spark.py", "ananke/poly_store.py", "ananke/poly_writer.py", "ananke/spark_adapter.py", "ananke/polynomial.py",
             "moirae/ingest/window_provenance.py")
 MODES = ("list", "digest")
 CONFIGS = tuple(f"{m}_{p}" for m in MODES for p in ("off", "on"))
@@ -137,11 +138,11 @@ def run_once(spark, db, archiver, folder: Path, config: str, work: Path) -> dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="40,000 rows, 2 rounds")
+    ap.add_argument("--quick", action="store_true", help="40,000 rows, 2 rounds (else 400,000 rows, 6 rounds)")
     ap.add_argument("--rounds", type=int, default=None)
     args = ap.parse_args(argv)
     rows, files = (40_000, 8) if args.quick else (400_000, 40)
-    rounds = args.rounds or (2 if args.quick else 4)
+    rounds = args.rounds or (2 if args.quick else 6)
     name = "poly_overhead_quick" if args.quick else "poly_overhead"
 
     from archive import Archiver, ArchiveSettings, Database, StreamSpec
@@ -153,12 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="polyov_"))
     try:
         frame = readings(rows, 20)
-        folder, warm = work / "in", work / "warm"
+        folder = work / "in"
         folder.mkdir()
-        warm.mkdir()
         write_input(folder, frame, files)
-        for f in sorted(folder.iterdir())[:max(2, files // 4)]:
-            shutil.copy(f, warm / f.name)
         archiver.register_stream(StreamSpec.build(STREAM, "ts", {"host": "text", "bw": "double"}))
         per = len(frame) // files
         for b in range(files):  # as the engine's archive query would have, batch by batch
@@ -168,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {r + 1} {c}: {rows / secs:,.0f} rows/s, {out['alerts']} alerts, phases "
                   f"{ {k: round(v, 1) for k, v in out['phases'].items()} }", flush=True)
 
-        got = alternate(CONFIGS, rounds, lambda c, _: run_once(spark, db, archiver, folder, c, work),
-                        warm=lambda c: run_once(spark, db, archiver, warm, c, work),
-                        seconds_of=lambda out: out["seconds"], log=log)
+        got = paired([(f"{m}_off", f"{m}_on") for m in MODES], rounds,
+                     lambda c, _: run_once(spark, db, archiver, folder, c, work),
+                     warm=lambda c: run_once(spark, db, archiver, folder, c, work),
+                     seconds_of=lambda out: out["seconds"], log=log)
         thr = {c: [rows / x for x in got.seconds[c]] for c in CONFIGS}
         last = {c: got.results[c][-1] for c in CONFIGS}
         data = {"quick": args.quick, "rows": rows, "files": files, "rounds": rounds, "orders": got.orders,
@@ -212,13 +211,22 @@ def render(data: dict) -> str:
             f"The overload event-query over {data['rows']:,} readings in {data['files']} micro-batches, ANK-1 "
             "writing the graph to PostgreSQL, with polynomials off and on (each alert's polynomial to `ank_poly`), "
             "the windows' provenance kept as lists in Spark's state (`list`) or as a digest resolved against the "
-            f"archive (`digest`, the engine's default); the four configurations alternating, {data['rounds']} "
-            "rounds each (`bench/provenance/poly_overhead.py`).\n\n"
+            f"archive (`digest`, the engine's default); in each of {data['rounds']} rounds each mode's off / on "
+            "pair runs back to back, which goes first alternating (`bench/provenance/poly_overhead.py`). "
+            "Polynomials are built and stored on a thread of their own beside ANK-1 (`ananke/poly_writer.py`); "
+            f"the batches waited for them {_waited(data)}.\n\n"
             "| provenance | polynomials | rows/s (median) | rounds | alerts |\n|---|---|---:|---|---:|\n"
             f"{rows}\n\nOn / off: {ratios}. Polynomials stored: "
             + ", ".join(f"{m} {data['poly_bytes'][m] / 1024:.0f} KiB" for m in MODES)
             + f"; windows the digest left unmatched: {data['unmatched']['digest']}."
             + (" Quick run." if data["quick"] else ""))
+
+
+def _waited(data: dict) -> str:
+    """How long the batches of each mode's last 'on' run waited for their polynomials."""
+    ph = data["phases"]
+    return ", ".join(f"{m} {ph[f'{m}_on'].get('poly_wait', 0.0):.2f} s (building and storing them took "
+                     f"{ph[f'{m}_on'].get('poly', 0.0):.2f} s)" for m in MODES)
 
 
 def figure(data: dict):
