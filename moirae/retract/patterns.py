@@ -196,14 +196,18 @@ class PatternRematcher:
               frontier) -> tuple[dict, dict]:
         """The matches (eid -> (match, measures, pattern)) of the affected keys over
         ``[lo, hi]`` under the flags ``before`` and ``after``, differing only in the
-        span's matches (widened while they differ near its end)."""
+        span's matches (widened while they differ near its end). A changed row's keys are
+        its key as archived and under either flags: a correction of a partition column
+        moves the row to another key, whose runs change too."""
         w = pq.within
         for _ in range(MAX_WIDEN):
             frame = self.archive.read(pq.source, lo - LOOK_BACK * w, hi + w, with_ids=True)
             if not len(frame):
                 return {}, {}
             frame = frame.assign(**{_RID: frame["_sid"].astype("int64")})
-            keys = _keys(frame[frame[_RID].isin(list(changed))], pq)
+            mine = frame[frame[_RID].isin(list(changed))]
+            # a correction of a partition column moves its row to another key: both keys' runs change
+            keys = _keys(mine, pq) | _keys(_flagged(mine, *before), pq) | _keys(_flagged(mine, *after), pq)
             if not keys:
                 return {}, {}
             frame = _anchored(frame[_in_keys(frame, pq, keys)], pq, spec.ts_col, lo)
@@ -354,10 +358,19 @@ class PatternRematcher:
 
     def revisions(self, eid: str) -> list[dict[str, Any]]:
         """The measure revisions of ``eid``, oldest first."""
-        with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT retraction, before, after, at FROM moirae_pattern_revisions WHERE eid = %s ORDER BY id",
-                        (eid,))
-            return [{"retraction": r, "before": b, "after": a, "at": at.isoformat()} for r, b, a, at in cur.fetchall()]
+        return measure_revisions(self.db, eid)
+
+
+def measure_revisions(db, eid: str) -> list[dict[str, Any]]:
+    """The MEASURES revisions of match ``eid`` (``{"retraction", "before", "after", "at"}``),
+    oldest first; none when the database has no revision table (it creates none)."""
+    with db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT to_regclass('moirae_pattern_revisions') IS NOT NULL")
+        if not cur.fetchone()[0]:
+            return []
+        cur.execute("SELECT retraction, before, after, at FROM moirae_pattern_revisions WHERE eid = %s ORDER BY id",
+                    (eid,))
+        return [{"retraction": r, "before": b, "after": a, "at": at.isoformat()} for r, b, a, at in cur.fetchall()]
 
 
 class _Null:

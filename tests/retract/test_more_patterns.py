@@ -118,6 +118,15 @@ def _status(engine, eid: str) -> str | None:
     return engine.retractions.store.status_of([eid]).get(eid, {}).get("status")
 
 
+def _shown_revisions(engine, eid: str) -> list[tuple]:
+    """The MEASURES revisions ``GET /api/events/{eid}`` shows (its view, through its model)."""
+    from moirae.api.models import EventDetail
+    from moirae.read.views import event_detail
+
+    shown = EventDetail.model_validate(event_detail(engine, eid)).revisions
+    return [(r["before"]["peak"], r["after"]["peak"], r["retraction"]) for r in shown]
+
+
 def test_a_retraction_reveals_a_prevented_match_and_a_correction_revises_or_ends_one(engine):
     sid = _sids(engine)
     (live,) = _expected_eids(engine)  # the one match over the raw rows
@@ -162,9 +171,12 @@ def test_a_retraction_reveals_a_prevented_match_and_a_correction_revises_or_ends
     assert _attrs(engine, live) == {"n": 2, "peak": 50.0}
     assert _archived(engine)[live] == 50.0
     assert [(r["before"]["peak"], r["after"]["peak"]) for r in audit.patterns.revisions(live)] == [(14.0, 50.0)]
+    assert _shown_revisions(engine, live) == [(14.0, 50.0, fix["id"])]  # the API's event view shows them
+    assert _shown_revisions(engine, revealed) == []
     back = engine.undo_retraction(fix["id"], "bob")
     assert sorted(back["patterns"]["revised"]) == sorted([live, live_w]), back
     assert _attrs(engine, live) == {"n": 2, "peak": 14.0} and _archived(engine)[live] == 14.0
+    assert _shown_revisions(engine, live) == [(14.0, 50.0, fix["id"]), (50.0, 14.0, fix["id"])]
 
     # 3. correcting its first B to 3 breaks it: withdrawn, though no bound row was removed
     broke = engine.retract({"ids": [sid[45]]}, "the gauge read high", "bob", set_values={"x": 3.0}, confirm=True)
