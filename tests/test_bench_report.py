@@ -158,6 +158,39 @@ def test_fig7_section_is_rendered_from_the_runs_samples():
     assert fig7.targets(data)[0]["met"] is None
 
 
+def test_fig7_is_judged_by_the_paired_rounds_server_time_when_measured():
+    """With the paired comparison stored (both layouts back to back per k), the verdict is
+    that of PostgreSQL's time: each k's 95 % interval of its rounds' half / full, not the
+    curves' client times (here 3x slower in the half layout, and ignored)."""
+    from bench.archive import fig7_partial_index as fig7
+
+    ks = [10, 30, 3000]
+    samples = {"half": {k: [3.0] for k in ks}, "full": {k: [1.0] for k in ks}, "none": {k: [5.0] for k in ks}}
+    curves = {lab: {k: v[0] for k, v in per.items()} for lab, per in samples.items()}
+    curves["traditional"] = dict.fromkeys(ks, 1.0)
+
+    def run(half_server: list[float]) -> dict:
+        n = len(half_server)
+        pinned = {"ks": [10, 30], "rounds": n, "reps": 1, "best_of": 1, "server_best_of": 1,
+                  "server_s": {"half": {10: half_server, 30: [1.0] * n}, "full": {10: [1.0] * n, 30: [1.0] * n}},
+                  "client_s": {"half": {10: [2.0] * n, 30: [2.0] * n}, "full": {10: [2.0] * n, 30: [2.0] * n}},
+                  "blocks": {"half": {10: [7] * n, 30: [9] * n}, "full": {10: [7] * n, 30: [9] * n}}}
+        return fig7.summarize({
+            "archive": {"chunks": 4, "table_bytes": 2**20, "rows": 100, "chunk_bytes_mean": 2**18, "load_s": 1.0},
+            "ks": ks, "inside_limit": 100, "curves_s": curves, "target": 1.1,
+            "detail": {"half": {"layout": {"recent_chunks": 2}}}, "reps": 1, "rounds": 1, "best_of": 1,
+            "samples_s": samples, "smallest_k_after_longest_s": {"none": 1.0, "half": 1.0, "full": 1.0},
+            "pinned": pinned})
+
+    met = run([1.03, 0.99, 1.01, 1.02, 1.0, 1.01])
+    assert met["met"] is True and met["pinned_summary"]["worst_k"] == "10"
+    assert fig7.targets(met)[0]["met"] is True and "**Worst k = 10" in fig7.markdown(met)
+    assert fig7.targets(met)[0]["what"].endswith("6 paired rounds)")
+    missed = run([1.3, 1.25, 1.35, 1.28])
+    assert missed["met"] is False and fig7.targets(missed)[0]["met"] is False
+    assert run([0.8, 1.4, 0.9, 1.3])["met"] is None  # its interval straddles 1.1
+
+
 def test_cpu_share_examples_run_and_it_counts_this_process():
     """bench.cpu_share classifies the processes it samples (docstring examples) and
     finds a second of this process's own CPU work under ``driver``."""
@@ -173,6 +206,30 @@ def test_cpu_share_examples_run_and_it_counts_this_process():
         pass
     used = share.stop()
     assert 0.8 <= used["driver"] <= used["busy"] + 0.2, used
+
+
+def test_cpu_share_scoped_to_this_run_leaves_other_processes_out():
+    """With ``own``, a JVM that is not this process's child is not counted as the run's
+    JVM (another session's Spark); one it started is."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from bench import cpu_share
+
+    share = cpu_share.CpuShare(own=True)
+    stranger = psutil.Process(1)  # not a descendant of this process
+    assert share._scoped(stranger, "jvm") is None and share._scoped(stranger, "python_workers") is None
+    assert share._scoped(stranger, "postgres") == "postgres"  # no postmaster given: every server counts
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert share._scoped(psutil.Process(child.pid), "jvm") == "jvm"
+        assert cpu_share.CpuShare(postmaster=child.pid)._scoped(psutil.Process(child.pid), "postgres") == "postgres"
+        assert cpu_share.CpuShare(postmaster=child.pid)._scoped(stranger, "postgres") is None
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_a_figure_without_a_goal_is_reported_not_unresolved(results):

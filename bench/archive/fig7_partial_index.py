@@ -1,25 +1,26 @@
 """Moirae figure 7 (M 4.1): retrieving k matching tuples, newest chunk first, from an
 archive where no chunk, every chunk, or only the newest half of the chunks is indexed.
 
-A >= 1 GB log (``--quick``: ~40 MB) in ~5 MB chunks is bulk-loaded through the Archiver.
-The stream's index spec is ``(sid)``; the three layouts are made by the Archiver's own
-tiers: ``age()`` with R = 0, R = N/2 and R = N recent (indexed) chunks. A retrieval runs
-``SELECT * FROM log WHERE sid = :sid LIMIT :lim`` chunk by chunk, newest first, through
-``run_history_query`` on one connection, and stops once k rows are found. Each point is
-the median over several sid values of the best of a few runs, and the median over rounds
-that alternate the three layouts (cache warm: each point after one discarded pass of its
-own query). The smallest k is also timed right after the longest retrieval, apart. A
-"traditional" single query over the whole (fully indexed) table, ``ORDER BY ts DESC
-LIMIT k``, is reported for reference.
+A >= 1 GB log (``--quick``: ~40 MB) in ~5 MB chunks is bulk-loaded through the Archiver
+twice, the same rows into two schemas, so the half and the fully indexed layouts stand at
+once. The stream's index spec is ``(sid)``; the layouts are made by the Archiver's own
+tiers: ``age()`` with R = N/2 on one copy, R = N on the other, and R = 0 (the first copy,
+its indexes dropped, last). A retrieval runs ``SELECT * FROM log WHERE sid = :sid LIMIT
+:lim`` chunk by chunk, newest first, through ``run_history_query`` on one connection, and
+stops once k rows are found.
 
-Target (M fig. 7): for k inside the indexed half, half-indexed <= 1.1x fully indexed.
-The ratio of a k is the median over rounds of that round's half / full (:func:`summarize`):
-the layouts of one round run seconds apart, while a slow spell of the shared host can
-last a round, and moves the ratio of the two layouts' medians over rounds more than the
-median of the rounds' ratios. Both are reported. The verdict
-(:func:`verdict`) asks of each k whether its rounds' ratios, lowest to highest, lie under
-1.1 (met), above it (missed) or across it (unresolved): six rounds on a shared host
-scatter a sub-millisecond point by tens of percent either way.
+Target (M fig. 7): for k inside the indexed half, half-indexed <= 1.1x fully indexed,
+judged by PostgreSQL's time per retrieval (:func:`server_retrieve`: each chunk's
+history-query under EXPLAIN ANALYZE, planning + execution, summed over the chunks read).
+It is the time the layouts can change: the client's Python and round trips per chunk are
+the same code for both, and add only a shared host's noise. The two layouts run back to
+back for each k in paired rounds (who goes first alternates), each point the median over
+several sid values after one discarded pass of every query; a k's ratio is the geometric
+mean of its rounds' half / full with Student's t 95 % interval (:func:`paired_interval`).
+Met when every k's interval lies at or under 1.1, missed when one lies wholly above it
+(:func:`interval_verdict`); while one straddles, rounds are added up to a bound. The
+client's wall time and the buffers each plan touched are reported beside it, and the
+curves of the figure (every k, each layout, client wall time) are measured after.
 
 Run: ``python -m bench fig7_partial_index [--quick] [--keep]``.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 import uuid
@@ -76,14 +78,16 @@ def partition_bytes(arch: Archiver, cid: int) -> int:
         return int(cur.fetchone()[0])
 
 
-def load(arch: Archiver, target_mb: float, chunk_mb: float, seed: int) -> dict:
+def load(arch: Archiver, target_mb: float, chunk_mb: float, seed: int, rows_per_chunk: int | None = None) -> dict:
+    """Bulk-load ~``target_mb`` in ~``chunk_mb`` chunks; ``rows_per_chunk`` if given (a
+    second copy of an archive loaded before: the same seed and size give the same rows)."""
     rng = np.random.default_rng(seed)
     # calibrate rows per chunk on a first chunk of known size
     probe_rows = 20_000
     n_sids = max(1, probe_rows // MATCHES_PER_CHUNK)
     arch.append("log", 0, chunk_frame(rng, 0, probe_rows, n_sids, 0), bulk=True)
     per_row = partition_bytes(arch, arch.grid.chunk_of(T0)) / probe_rows
-    rows_per_chunk = int(chunk_mb * 2**20 / per_row)
+    rows_per_chunk = rows_per_chunk or int(chunk_mb * 2**20 / per_row)
     n_chunks = max(4, round(target_mb / chunk_mb))
     n_sids = max(1, rows_per_chunk // MATCHES_PER_CHUNK)
     with arch.db.connection() as conn, conn.cursor() as cur:  # restart with the calibrated size
@@ -130,8 +134,8 @@ def retrieve(arch: Archiver, query, conn, chunk_ids: list[int], sid: int, k: int
 def server_retrieve(arch: Archiver, query, conn, chunk_ids: list[int], sid: int,
                     k: int) -> tuple[float, int, int, int]:
     """The same retrieval as :func:`retrieve`, each chunk's history-query (rendered and
-    bound as :func:`archive.history.run` does) under ``EXPLAIN (ANALYZE, BUFFERS, FORMAT
-    JSON)``: PostgreSQL's own planning + execution time, summed over the chunks read
+    bound, and with the settings, :func:`archive.history.run` gives it) under ``EXPLAIN
+    (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON)``: PostgreSQL's own planning + execution time, summed over the chunks read
     (seconds), rows found, chunks read, and the buffers the plans touched (shared
     blocks hit or read, planning's included): the work done, which the host's load does
     not change. It leaves out the client, the network and the Python
@@ -142,16 +146,17 @@ def server_retrieve(arch: Archiver, query, conn, chunk_ids: list[int], sid: int,
     cat = arch.catalog
     ts_cols = tuple((st, cat.stream(st).ts_col) for st in query.streams)
     settings = history_plan.plan_settings(cat, query.streams, query.template)
-    text = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + history.render(query.template, ts_cols)
+    # TIMING OFF: no clock read per row and node, the overhead that scales with the rows
+    # a plan passes; the statement's own planning and execution times stay measured
+    text = "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) " + history.render(query.template, ts_cols)
+    workers = f"SET LOCAL max_parallel_workers_per_gather = {int(cat.settings.history_parallel_workers)}"
     total = 0.0
     found = chunks = blocks = 0
     with conn.cursor() as cur:
         for cid in chunk_ids:
             lo, hi = task_grid(cat, query.streams).bounds(cid)
-            cur.execute("BEGIN")
-            if settings:
-                cur.execute(settings)
-            cur.execute(text, {"sid": sid, "lim": k - found, "__lo": lo, "__hi": hi})
+            # one round trip, as archive.history.read_only sends it: BEGIN, the settings, the query
+            cur.execute(f"BEGIN; {workers}; {settings}" + text, {"sid": sid, "lim": k - found, "__lo": lo, "__hi": hi})
             plan = cur.fetchone()[0][0]
             cur.execute("ROLLBACK")
             total += (plan["Planning Time"] + plan["Execution Time"]) / 1000
@@ -178,110 +183,124 @@ def main(argv=None) -> int:
     ap.add_argument("--size-mb", type=float, help="archive size (default 1100, quick 40)")
     ap.add_argument("--chunk-mb", type=float, default=5.0)
     ap.add_argument("--reps", type=int, help="sid values per point (default 7, quick 5)")
-    ap.add_argument("--rounds", type=int, default=6,
-                    help="alternations of the three layouts (6: one whole cycle of bench.harness.run_orders)")
-    ap.add_argument("--best-of", type=int, default=2, help="repeats per (k, sid); the fastest counts")
-    ap.add_argument("--keep", action="store_true", help="keep the benchmark schema")
+    ap.add_argument("--rounds", type=int, help="paired rounds of the target's comparison, at least, time permitting (default 20, "
+                    "quick 8)")
+    ap.add_argument("--until-resolved", type=int, default=60, metavar="MAX",
+                    help="add paired rounds, two at a time, while a k's 95 %% interval straddles the target, up to "
+                    "MAX rounds or --budget-s")
+    ap.add_argument("--budget-s", type=float, default=300, help="seconds the paired rounds may take, at most")
+    ap.add_argument("--deadline-s", type=float, default=780,
+                    help="seconds the whole run may take: the paired rounds stop (after 4 at least) in time to "
+                    "leave --curve-reserve-s for the curves")
+    ap.add_argument("--curve-reserve-s", type=float, default=150)
+    ap.add_argument("--curve-reps", type=int, default=3, help="sid values per point of the curves")
+    ap.add_argument("--curve-rounds", type=int, default=1, help="passes of each layout over every k for the curves")
+    ap.add_argument("--best-of", type=int, default=1, help="client runs per (k, sid, layout, round); the fastest counts")
+    ap.add_argument("--server-best-of", type=int, default=2, help="the same for PostgreSQL's time (EXPLAIN ANALYZE)")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark schemas")
     args = ap.parse_args(argv)
     size_mb = args.size_mb or (40 if args.quick else 1100)
     reps = args.reps or (5 if args.quick else 7)
-    rounds, best_of = args.rounds, args.best_of
+    rounds = args.rounds or (8 if args.quick else 20)
+    best_of = args.best_of
     name = "fig7_partial_index_quick" if args.quick else "fig7_partial_index"
 
-    db = Database.from_env(ROOT / ".moirae-bench", schema=f"bench_fig7_{uuid.uuid4().hex[:8]}")
+    t_start = time.perf_counter()
+    tag = uuid.uuid4().hex[:8]
+    dbs = {lab: Database.from_env(ROOT / ".moirae-bench", schema=f"bench_fig7_{tag}_{lab}") for lab in ("half", "full")}
     try:
-        arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, recent_chunks=0, statement_timeout_ms=600_000))
-        arch.register_stream(SPEC)
-        print(f"loading ~{size_mb:.0f} MB in ~{args.chunk_mb} MB chunks ...", flush=True)
-        info = load(arch, size_mb, args.chunk_mb, seed=7)
+        infos = {}
+        for lab, db in dbs.items():  # the same rows twice (one seed, one chunk size): two archives
+            arch = Archiver(db, ArchiveSettings(chunk_span=SPAN, recent_chunks=0, statement_timeout_ms=600_000))
+            arch.register_stream(SPEC)
+            print(f"loading ~{size_mb:.0f} MB in ~{args.chunk_mb} MB chunks ({lab}) ...", flush=True)
+            infos[lab] = load(arch, size_mb, args.chunk_mb, seed=7,
+                              rows_per_chunk=infos["half"]["rows_per_chunk"] if infos else None)
+            arch.demote(T0 + infos[lab]["chunks"] * SPAN)  # every chunk behind the horizon: tiers decide indexing
+            arch.close()
+        info = {**infos["half"], "load_s_second_copy": infos["full"]["load_s"]}
         n = info["chunks"]
-        arch.demote(T0 + n * SPAN)  # every chunk is behind the horizon: tiers decide indexing
-        arch.close()
         sids = list(range(1, 1 + reps))
         half = n // 2
         per_chunk = MATCHES_PER_CHUNK
         ks = sorted({10, 30, 100, 300, 1000, int(per_chunk * half * 0.5), int(per_chunk * half * 0.85),
                      int(per_chunk * n * 0.7), int(per_chunk * n * 0.95)})
-        ks = [k for k in ks if k <= per_chunk * n * 0.95]
-        ks = [k for k in ks if k >= 10]
-        with db.connection() as conn, conn.cursor() as cur:  # matches inside the newest half, per sid
+        ks = [k for k in ks if 10 <= k <= per_chunk * n * 0.95]
+        with dbs["half"].connection() as conn, conn.cursor() as cur:  # matches inside the newest half, per sid
             cur.execute("SELECT min(c) FROM (SELECT sid, count(*) c FROM log WHERE ts >= %s AND sid = ANY(%s) "
                         "GROUP BY sid) x", (T0 + (n - half) * SPAN, sids))
             inside_limit = int(cur.fetchone()[0])
-        samples: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in ks} for lab in ("none", "half", "full")}
         inside_ks = [k for k in ks if k <= inside_limit]
-        server: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in inside_ks} for lab in ("half", "full")}
-        blocks: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in inside_ks} for lab in ("half", "full")}
-        trad: dict[int, list[float]] = {k: [] for k in ks}
         detail: dict[str, dict] = {}
+        sides = {}
+        for lab, recent in (("half", half), ("full", n)):
+            t = time.perf_counter()
+            sides[lab] = Side.open(layout(dbs[lab], recent))
+            detail[lab] = {"layout": {"recent_chunks": recent, "age_s": time.perf_counter() - t,
+                                      "indexed_chunks": sides[lab].indexed()}}
+        # -- the target: both archives back to back per k, paired rounds ---------------------
+        for side in sides.values():  # warm: one discarded pass of every measured query
+            for k in inside_ks:
+                for sid in sids:
+                    side.retrieve(sid, k)
+                    side.server(sid, k)
+        pinned = {"ks": inside_ks, "rounds": rounds, "reps": reps, "best_of": best_of,
+                  "server_best_of": args.server_best_of, "orders": [],
+                  **{m: {lab: {k: [] for k in inside_ks} for lab in sides} for m in ("server_s", "client_s", "blocks")}}
+        started, rnd = time.perf_counter(), 0
+        budget = min(args.budget_s, args.deadline_s - args.curve_reserve_s - (started - t_start))
+
+        def more() -> bool:
+            if rnd < 4:
+                return True
+            if time.perf_counter() - started >= budget:
+                return False
+            return rnd < rounds or (rnd < args.until_resolved
+                                    and summarize_pinned(json.loads(json.dumps(pinned)), 1.1)["met"] is None)
+
+        while more():
+            order = run_orders(tuple(sides), 2)[rnd % 2]
+            for i, k in enumerate(inside_ks):
+                labs = order if i % 2 == 0 else order[::-1]  # who goes first alternates by k too
+                pinned["orders"].append(labs)
+                for lab in labs:
+                    client, server, work = sides[lab].point(sids, k, best_of, args.server_best_of)
+                    pinned["client_s"][lab][k].append(client)
+                    pinned["server_s"][lab][k].append(server)
+                    pinned["blocks"][lab][k].append(work)
+            print(f"  pinned round {rnd} ({time.perf_counter() - started:.0f} s): " + ", ".join(
+                f"k={k}: {pinned['server_s']['half'][k][-1] / pinned['server_s']['full'][k][-1]:.3f}"
+                for k in inside_ks), flush=True)
+            rnd += 1
+        pinned["rounds"] = rnd
+        # -- the curves: every k, each layout, fewer passes ----------------------------------
+        samples: dict[str, dict[int, list[float]]] = {lab: {k: [] for k in ks} for lab in ("none", "half", "full")}
+        trad: dict[int, list[float]] = {k: [] for k in ks}
         after_scan: dict[str, list[float]] = {lab: [] for lab in ("none", "half", "full")}
-        # Layouts alternate over several rounds, so drift in a shared machine's load hits all
-        # three; each round starts with the next layout, so no layout always runs after the
-        # same other one (which leaves the caches in its own state).
-        layouts = (("none", 0), ("half", half), ("full", n))
-        for rnd, order in enumerate(run_orders(layouts, rounds)):
-            for label, recent in order:
-                t = time.perf_counter()
-                arch = layout(db, recent)
-                index_s = time.perf_counter() - t
-                indexed = sum(1 for c in arch.chunks("log") if c.tier is Tier.RECENT)
-                chunk_ids = arch.chunk_ids(["log"])
-                query = arch.prepare(QUERY)
-                conn = arch.connect()
-                conn.autocommit = True
-                retrieve(arch, query, conn, chunk_ids, sids[0], ks[-1])  # warm the cache for this layout
-                # the smallest k right after that long retrieval, reported on its own (see below)
-                after_scan[label].append(statistics.median(
-                    min(retrieve(arch, query, conn, chunk_ids, sid, ks[0])[0] for _ in range(best_of)) for sid in sids))
-                for k in ks:
-                    for sid in sids:  # each point warm for its own query: one discarded pass
-                        retrieve(arch, query, conn, chunk_ids, sid, k)
-                    per_sid = []
-                    for sid in sids:
-                        runs = [retrieve(arch, query, conn, chunk_ids, sid, k) for _ in range(best_of)]
-                        per_sid.append(min(r[0] for r in runs))
-                        found, read = runs[0][1], runs[0][2]
-                    samples[label][k].append(statistics.median(per_sid))
-                    detail.setdefault(label, {})[k] = {"last_found": found, "last_chunks_read": read}
-                    if label in server and k in inside_ks:  # PostgreSQL's own time and work (server_retrieve)
-                        got = [[server_retrieve(arch, query, conn, chunk_ids, sid, k) for _ in range(best_of)]
-                               for sid in sids]
-                        server[label][k].append(statistics.median(min(r[0] for r in runs) for runs in got))
-                        blocks[label][k].append(statistics.median(runs[-1][3] for runs in got))
-                detail[label]["layout"] = {"recent_chunks": recent, "indexed_chunks": indexed, "age_s": index_s}
-                print(f"  round {rnd}: {label}: indexed {indexed}/{n} chunks; " +
-                      ", ".join(f"k={k}: {samples[label][k][-1] * 1e3:.1f} ms" for k in ks), flush=True)
-                if label == "full":
-                    for k in ks:
-                        trad[k].append(statistics.median(min(traditional(conn, sid, k) for _ in range(best_of))
-                                                         for sid in sids))
-                conn.close()
-                arch.close()
+        curve_sids = sids[:args.curve_reps]
+        for order in run_orders(tuple(sides), args.curve_rounds):
+            for lab in order:
+                curve_pass(sides[lab], lab, ks, curve_sids, best_of, samples, after_scan, detail)
+            for k in ks:
+                trad[k].append(statistics.median(min(traditional(sides["full"].conn, sid, k) for _ in range(best_of))
+                                                 for sid in curve_sids))
+        sides["half"].close()
+        t = time.perf_counter()
+        sides["none"] = Side.open(layout(dbs["half"], 0))  # the half archive with its indexes dropped
+        detail["none"] = {"layout": {"recent_chunks": 0, "age_s": time.perf_counter() - t,
+                                     "indexed_chunks": sides["none"].indexed()}}
+        for _ in range(args.curve_rounds):
+            curve_pass(sides["none"], "none", ks, curve_sids, best_of, samples, after_scan, detail)
+        for lab in ("none", "full"):
+            sides[lab].close()
         curves = {lab: {k: statistics.median(v) for k, v in per.items()} for lab, per in samples.items()}
         curves["traditional"] = {k: statistics.median(v) for k, v in trad.items()}
-
         after = {lab: statistics.median(v) for lab, v in after_scan.items()}
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for label, style in (("none", "o-"), ("half", "s-"), ("full", "^-"), ("traditional", "x--")):
-            ax.plot(ks, [curves[label][k] * 1e3 for k in ks], style, label={
-                "none": "no chunk indexed", "half": "newest half indexed", "full": "every chunk indexed",
-                "traditional": "one query, whole table (indexed)"}[label])
-        ax.axvline(inside_limit, color="grey", lw=0.8, ls=":")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("k (rows retrieved)")
-        ax.set_ylabel("response time (ms)")
-        ax.set_title(f"Partial indexing, {info['table_bytes'] / 2**30:.2f} GB in {n} chunks")
-        ax.legend(fontsize=8)
+        fig = plot(ks, curves, inside_limit, info, n)
         data = {"archive": info, "ks": ks, "inside_limit": inside_limit, "curves_s": curves, "target": 1.1,
-                "detail": detail, "reps": reps, "rounds": rounds, "best_of": best_of, "quick": args.quick,
-                "samples_s": samples, "server_samples_s": server, "server_blocks": blocks, "smallest_k_after_longest_s": after,
-                "smallest_k_after_longest_samples_s": after_scan}
+                "detail": detail, "reps": len(curve_sids), "rounds": args.curve_rounds, "best_of": best_of, "quick": args.quick,
+                "samples_s": samples, "smallest_k_after_longest_s": after,
+                "smallest_k_after_longest_samples_s": after_scan, "pinned": pinned}
         data = summarize(data)
         md = markdown(data)
         publish(name, data, md, fig, targets=targets(data))
@@ -289,7 +308,86 @@ def main(argv=None) -> int:
         return exit_code(targets(data))
     finally:
         if not args.keep:
-            db.drop_schema()
+            for db in dbs.values():
+                db.drop_schema()
+
+
+class Side:
+    """One archive in one layout, with its connection and prepared query."""
+
+    def __init__(self, arch: Archiver):
+        self.arch = arch
+        self.chunk_ids = arch.chunk_ids(["log"])
+        self.query = arch.prepare(QUERY)
+        self.conn = arch.connect()
+        self.conn.autocommit = True
+
+    @classmethod
+    def open(cls, arch: Archiver) -> Side:
+        return cls(arch)
+
+    def indexed(self) -> int:
+        return sum(1 for c in self.arch.chunks("log") if c.tier is Tier.RECENT)
+
+    def retrieve(self, sid: int, k: int) -> tuple[float, int, int]:
+        return retrieve(self.arch, self.query, self.conn, self.chunk_ids, sid, k)
+
+    def server(self, sid: int, k: int) -> tuple[float, int, int, int]:
+        return server_retrieve(self.arch, self.query, self.conn, self.chunk_ids, sid, k)
+
+    def point(self, sids: list[int], k: int, best_of: int, server_best_of: int) -> tuple[float, float, float]:
+        """Median over ``sids`` of the best of ``best_of`` runs: client wall time, then
+        PostgreSQL's time (best of ``server_best_of``), then the buffers touched."""
+        client = statistics.median(min(self.retrieve(sid, k)[0] for _ in range(best_of)) for sid in sids)
+        got = [[self.server(sid, k) for _ in range(server_best_of)] for sid in sids]
+        return (client, statistics.median(min(r[0] for r in runs) for runs in got),
+                statistics.median(runs[-1][3] for runs in got))
+
+    def close(self) -> None:
+        self.conn.close()
+        self.arch.close()
+
+
+def curve_pass(side: Side, label: str, ks: list[int], sids: list[int], best_of: int,
+               samples: dict, after_scan: dict, detail: dict) -> None:
+    """One pass of a layout over every k for the curves (client wall time), each point
+    after one discarded pass of its own query; first the smallest k right after the
+    longest retrieval."""
+    side.retrieve(sids[0], ks[-1])
+    after_scan[label].append(statistics.median(min(side.retrieve(sid, ks[0])[0] for _ in range(best_of))
+                                               for sid in sids))
+    for k in ks:
+        for sid in sids:
+            side.retrieve(sid, k)
+        per_sid = []
+        for sid in sids:
+            runs = [side.retrieve(sid, k) for _ in range(best_of)]
+            per_sid.append(min(r[0] for r in runs))
+            found, read = runs[0][1], runs[0][2]
+        samples[label][k].append(statistics.median(per_sid))
+        detail[label][k] = {"last_found": found, "last_chunks_read": read}
+    print(f"  {label}: " + ", ".join(f"k={k}: {samples[label][k][-1] * 1e3:.1f} ms" for k in ks), flush=True)
+
+
+def plot(ks: list[int], curves: dict, inside_limit: int, info: dict, n: int):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, style in (("none", "o-"), ("half", "s-"), ("full", "^-"), ("traditional", "x--")):
+        ax.plot(ks, [curves[label][k] * 1e3 for k in ks], style, label={
+            "none": "no chunk indexed", "half": "newest half indexed", "full": "every chunk indexed",
+            "traditional": "one query, whole table (indexed)"}[label])
+    ax.axvline(inside_limit, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("k (rows retrieved)")
+    ax.set_ylabel("response time (ms)")
+    ax.set_title(f"Partial indexing, {info['table_bytes'] / 2**30:.2f} GB in {n} chunks")
+    ax.legend(fontsize=8)
+    return fig
 
 
 def summarize(data: dict) -> dict:
@@ -312,10 +410,79 @@ def summarize(data: dict) -> dict:
               "half_over_full": {k: statistics.median(r) for k, r in server_by_round.items()},
               "worst_inside_ratio": max((statistics.median(r) for r in server_by_round.values()), default=None),
               "met": verdict(server_by_round, data["target"]) if server_by_round else None} if srv else None
-    return {**data, "server": server, "half_over_full": ratios, "half_over_full_by_round": by_round,
-            "half_over_full_of_medians": {str(k): curves["half"][str(k)] / curves["full"][str(k)] for k in ks},
-            "worst_inside_ratio": max(ratios[str(k)] for k in inside) if inside else None,
-            "met": verdict({str(k): by_round[str(k)] for k in inside}, data["target"]) if inside else False}
+    out = {**data, "server": server, "half_over_full": ratios, "half_over_full_by_round": by_round,
+           "half_over_full_of_medians": {str(k): curves["half"][str(k)] / curves["full"][str(k)] for k in ks},
+           "worst_inside_ratio": max(ratios[str(k)] for k in inside) if inside else None,
+           "met": verdict({str(k): by_round[str(k)] for k in inside}, data["target"]) if inside else False}
+    if data.get("pinned") and data["pinned"]["ks"]:  # the paired comparison judges (targets)
+        p = summarize_pinned(data["pinned"], data["target"])
+        out.update(pinned_summary=p, met=p["met"], worst_inside_ratio=p["worst_ratio"])
+    return out
+
+
+def paired_interval(ratios: list[float]) -> dict:
+    """The geometric mean of paired rounds' ratios with Student's t 95 % interval (of the
+    mean of their logarithms, taken back): a ratio's noise is multiplicative, and a
+    round's two sides ran back to back, so the rounds are independent pairs.
+
+    >>> paired_interval([1.0, 1.0, 1.0])
+    {'ratio': 1.0, 'ci95': [1.0, 1.0], 'rounds': 3}
+    >>> r = paired_interval([0.9, 1.1, 1.0, 1.0])
+    >>> round(r["ratio"], 3), [round(x, 3) for x in r["ci95"]]
+    (0.997, [0.876, 1.136])
+    """
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return {"ratio": math.exp(mean), "ci95": None, "rounds": len(logs)}
+    from scipy.stats import t
+
+    half = float(t.ppf(0.975, len(logs) - 1)) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return {"ratio": math.exp(mean), "ci95": [math.exp(mean - half), math.exp(mean + half)], "rounds": len(logs)}
+
+
+def interval_verdict(per_k: dict[str, dict], goal: float = 1.1) -> bool | None:
+    """Met when every k's 95 % interval lies at or under ``goal``, missed when some k's
+    lies wholly above it, else None (unresolved).
+
+    >>> interval_verdict({"10": {"ci95": [0.97, 1.04]}, "30": {"ci95": [0.99, 1.08]}})
+    True
+    >>> interval_verdict({"10": {"ci95": [0.97, 1.04]}, "30": {"ci95": [1.12, 1.3]}})
+    False
+    >>> interval_verdict({"10": {"ci95": [0.97, 1.15]}}) is None
+    True
+    """
+    out = []
+    for stats in per_k.values():
+        lo, hi = stats["ci95"] or (0.0, math.inf)
+        out.append(True if hi <= goal else False if lo > goal else None)
+    if False in out:
+        return False
+    return True if out and all(out) else None
+
+
+def summarize_pinned(pinned: dict, goal: float) -> dict:
+    """The paired comparison's ratios (JSON-shaped ``pinned``: k as text): per k, for
+    PostgreSQL's time and the client's, the rounds' half / full and their
+    :func:`paired_interval`; the buffers' half / full, lowest and highest; the verdict
+    (:func:`interval_verdict`) on PostgreSQL's time."""
+    ks = [str(k) for k in pinned["ks"]]
+    out: dict = {}
+    for measure in ("server_s", "client_s"):
+        half, full = pinned[measure]["half"], pinned[measure]["full"]
+        by_round = {k: [h / f for h, f in zip(half[k], full[k], strict=True)] for k in ks}
+        out[measure] = {"by_round": by_round, "per_k": {k: paired_interval(r) for k, r in by_round.items()},
+                        "median_ms": {lab: {k: statistics.median(pinned[measure][lab][k]) * 1e3 for k in ks}
+                                      for lab in ("half", "full")}}
+    blocks = {k: [h / f for h, f in zip(pinned["blocks"]["half"][k], pinned["blocks"]["full"][k], strict=True)]
+              for k in ks}
+    out["blocks"] = {k: [min(r), max(r)] for k, r in blocks.items()}
+    per_k = out["server_s"]["per_k"]
+    worst = max(ks, key=lambda k: per_k[k]["ratio"])
+    out.update(met=interval_verdict(per_k, goal), worst_k=worst, worst_ratio=per_k[worst]["ratio"],
+               worst_ci95=per_k[worst]["ci95"],
+               highest_upper=max((s["ci95"] or [0, math.inf])[1] for s in per_k.values()))
+    return out
 
 
 def verdict(by_round: dict[str, list[float]], goal: float = 1.1) -> bool | None:
@@ -340,6 +507,8 @@ def verdict(by_round: dict[str, list[float]], goal: float = 1.1) -> bool | None:
 
 def markdown(data: dict) -> str:
     """The BENCHMARKS.md section of a summarized run (:func:`summarize`)."""
+    if data.get("pinned_summary"):
+        return _pinned_markdown(data)
     ks, info, curves = data["ks"], data["archive"], data["curves_s"]
     n, half = info["chunks"], data["detail"]["half"]["layout"]["recent_chunks"]
     inside = [k for k in ks if k <= data["inside_limit"]]
@@ -382,6 +551,73 @@ def markdown(data: dict) -> str:
     )
 
 
+def _pinned_markdown(data: dict) -> str:
+    """The section of a run with the paired comparison (:func:`summarize_pinned`)."""
+    ks, info, curves, p = data["ks"], data["archive"], data["curves_s"], data["pinned_summary"]
+    n, half = info["chunks"], data["detail"]["half"]["layout"]["recent_chunks"]
+    pin = data["pinned"]
+    inside = [str(k) for k in pin["ks"]]
+    curve_rows = "\n".join(
+        f"| {k} | {'yes' if str(k) in inside else 'no'} | {curves['none'][str(k)] * 1e3:.1f} | "
+        f"{curves['half'][str(k)] * 1e3:.1f} | {curves['full'][str(k)] * 1e3:.1f} | "
+        f"{curves['traditional'][str(k)] * 1e3:.1f} |" for k in ks)
+
+    def cell(stats: dict) -> str:
+        ci = stats["ci95"]
+        return f"{stats['ratio']:.3f}" + (f" ({ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+
+    srv, cli = p["server_s"], p["client_s"]
+    pinned_rows = "\n".join(
+        f"| {k} | {srv['median_ms']['half'][k]:.2f} | {srv['median_ms']['full'][k]:.2f} | {cell(srv['per_k'][k])} | "
+        f"{cli['median_ms']['half'][k]:.2f} | {cli['median_ms']['full'][k]:.2f} | {cell(cli['per_k'][k])} | "
+        f"{p['blocks'][k][0]:.3f}-{p['blocks'][k][1]:.3f} |" for k in inside)
+    word = {True: "met", False: "missed", None: "unresolved"}[p["met"]]
+    cword = {True: "met", False: "missed", None: "unresolved"}[interval_verdict(cli["per_k"], data["target"])]
+    ci = p["worst_ci95"]
+    after = data["smallest_k_after_longest_s"]
+    load2 = info.get("load_s_second_copy")
+    return (
+        f"### Moirae figure 7: partial indexing{' (quick)' if data.get('quick') else ''}\n\n"
+        f"{info['table_bytes'] / 2**20:.0f} MB archive ({info['rows']:,} rows) in {n} chunks of "
+        f"{info['chunk_bytes_mean'] / 2**20:.1f} MB, loaded twice through the Archiver (the same rows: "
+        f"{info['load_s']:.0f} s{f' and {load2:.0f} s' if load2 else ''}), one copy per layout, so that both "
+        f"layouts stand at once. Fetch k rows with `sid = :sid` (about {MATCHES_PER_CHUNK} per chunk), newest "
+        f"chunk first, one history-query per chunk, stopping at k. Layouts are the Archiver's tiers: R = {half} "
+        f"(newest half indexed) on one copy, R = {n} on the other, and R = 0 (the first copy with its indexes "
+        f"dropped, measured last). The indexed half holds >= {data['inside_limit']} matches per sid.\n\n"
+        f"**The target, k inside the indexed half: half / fully indexed <= 1.10, judged by PostgreSQL's time "
+        f"per retrieval.** Each chunk's history-query, rendered, bound and set up as `archive.history.run` "
+        f"runs it, under `EXPLAIN (ANALYZE, BUFFERS, TIMING OFF)`: planning + execution, summed over the chunks "
+        f"read. That is the time the layouts can change; the client's Python, driver and round trips per chunk "
+        f"are the same code for both and only add a shared host's noise. {pin['rounds']} paired rounds, the "
+        f"two layouts back to back for each k (who goes first alternates by round and by k); a point is the "
+        f"median over {pin['reps']} sid values of the best of {pin.get('server_best_of', pin['best_of'])} (client: "
+        f"{pin['best_of']}), after one discarded pass of every "
+        f"query. A k's ratio is the geometric mean of its rounds' half / full, with Student's t 95 % interval; "
+        f"met when every k's interval lies at or under 1.10, missed when one lies wholly above it. Times in ms "
+        f"(medians over the rounds).\n\n"
+        "| k | PostgreSQL: half | full | half / full (95 % interval) | client wall: half | full "
+        "| half / full (95 % interval) | buffers touched: half / full |\n"
+        "|---|---|---|---|---|---|---|---|\n" + pinned_rows + "\n\n"
+        f"**Worst k = {p['worst_k']}: half / full = {p['worst_ratio']:.3f}"
+        + (f" (95 % interval {ci[0]:.3f}-{ci[1]:.3f})" if ci else "")
+        + f", target <= 1.10: {word}** (highest upper bound over the k: {p['highest_upper']:.3f}). "
+        f"The client's wall time, judged the same way: {cword}. The buffers each plan touched (PostgreSQL's "
+        f"work, which no load moves) are equal: the same index scans of the same chunks.\n\n"
+        f"The curves (the figure): every k, each layout, client wall time per retrieval, the median over "
+        f"{data['rounds']} passes of the median over {data['reps']} sid values, each point after one discarded "
+        f"pass of its own query; 'traditional' is one query over the whole fully indexed table, `ORDER BY ts "
+        f"DESC LIMIT k`. Times in ms.\n\n"
+        "| k | inside indexed half | none indexed | half indexed | fully indexed | traditional (one query) |\n"
+        "|---|---|---|---|---|---|\n" + curve_rows + "\n\n"
+        f"Measured right after the layout's longest retrieval (k = {ks[-1]}, which reads the unindexed half "
+        f"sequentially in the half layout), k = {ks[0]} takes {after['half'] * 1e3:.2f} ms half indexed against "
+        f"{after['full'] * 1e3:.2f} ms fully indexed ({after['half'] / after['full']:.2f}x; "
+        f"{after['none'] * 1e3:.2f} ms with no index): the cost, if any, of small queries that follow a long scan "
+        "of unindexed chunks."
+    )
+
+
 def _server_md(data: dict) -> str:
     """The paragraph on PostgreSQL's own time (:func:`server_retrieve`), if measured."""
     srv = data.get("server")
@@ -413,12 +649,28 @@ def targets(data: dict) -> list[dict]:
     the server's time and the client's wall time are reported beside it."""
     w = data["worst_inside_ratio"]
     inside = [str(k) for k in data["ks"] if k <= data["inside_limit"]]
+    what = f"Moirae fig. 7: half / fully indexed, k inside the indexed half ({data['archive']['chunks']} chunks)"
+    p = data.get("pinned_summary")
+    if p:
+        ci = p["worst_ci95"]
+        cli = interval_verdict(p["client_s"]["per_k"], data.get("target", 1.1))
+        cw = max(s["ratio"] for s in p["client_s"]["per_k"].values())
+        return [
+            target(f"{what}, PostgreSQL's time per retrieval (EXPLAIN ANALYZE, summed over the chunks read; "
+                   f"{data['pinned']['rounds']} paired rounds)", "<= 1.1x",
+                   f"{p['worst_ratio']:.3f}x (worst k = {p['worst_k']}"
+                   + (f"; 95 % interval {ci[0]:.3f}-{ci[1]:.3f}" if ci else "") + ")",
+                   p["met"], "" if p["met"] is not None else "a k's 95 % interval straddles 1.1"),
+            target(f"{what}, client wall time", "reported", f"{cw:.3f}x (worst k)", None,
+                   "by its 95 % intervals: " + {True: "met", False: "missed", None: "unresolved"}[cli]),
+            target(f"{what}, PostgreSQL's work (buffers touched)", "reported",
+                   f"{max(r[1] for r in p['blocks'].values()):.3f}x (highest round)", None, ""),
+        ]
     by_round = data.get("half_over_full_by_round")
     met = (verdict({k: by_round[k] for k in inside}, data.get("target", 1.1)) if inside else False) if by_round \
         else None  # a result stored before the rounds' ratios: no spread to judge by
     note = ("some k's rounds reach above 1.1, none lie wholly above it: the rounds' noise cannot resolve the target"
             if met is None else "")
-    what = f"Moirae fig. 7: half / fully indexed, k inside the indexed half ({data['archive']['chunks']} chunks)"
     srv = data.get("server")
     out = []
     if srv and srv.get("worst_inside_ratio") is not None:
