@@ -4,19 +4,26 @@
 streaming DataFrame of graph items, built only from native operators, so Spark runs it in
 parallel like the query itself:
 
-1. M_u (Algorithm 2) is an ``explode``: each sink tuple becomes one sink-vertex row, one
-   edge row and one source-vertex candidate row per provenance entry, each with an anchor
-   a (a = τ_K for sink vertices and edges, a = τ_s for source vertices).
-2. D then FO, as :func:`delay` with ``anchor``: one event-time Aggregate whose windows have
-   size 2U and advance U over the sink time τ_K, D's Filter keeping (before the Aggregate,
-   so the state holds each item once) the window that starts at ⌊a/U⌋·U, grouped by
-   window and item. That window ends at ``delay(a) = (⌊a/U⌋ + 2)·U``: D (figure 7) for
-   sink vertices and edges. Every sink tuple a source s contributes to has τ_K in
-   [τ_s, τ_s + U] (Theorem 4.1), which lies inside that one window, so all occurrences of
-   s meet in one group and its vertex is emitted exactly once, stamped delay(τ_s), when
-   the watermark shows no further edge of s can come: FO.
-3. M_L, a stateless ``explode``, adds the labels: a sink label stamped delay(τ_K) (= its
-   edges' stamp, R-L), a source label stamped delay(τ_s) + U (>= delay(τ_K) of every edge).
+1. M_u (Algorithm 2) is an ``explode``: each sink tuple becomes one sink-vertex row and,
+   per provenance entry, one edge row, one source-vertex candidate row and one
+   source-label candidate row, each with an anchor a (a = τ_K for sink vertices and
+   edges, a = τ_s for source vertices and labels).
+2. D then FO, as :func:`delay` with ``anchor`` and ``later``: one event-time Aggregate
+   whose windows have size 3U and advance U over the sink time τ_K, D's Filter keeping
+   (before the Aggregate, so the state holds each item once) one window per row, grouped
+   by window and item. For vertices and edges that window ends at ``delay(a) = (⌊a/U⌋ +
+   2)·U``: D (figure 7) for sink vertices and edges. Every sink tuple a source s
+   contributes to has τ_K in [τ_s, τ_s + U] (Theorem 4.1), which lies inside that one
+   window, so all occurrences of s meet in one group and its vertex is emitted exactly
+   once, stamped delay(τ_s), when the watermark shows no further edge of s can come: FO.
+   A source's label rows meet the same way in the window ending U later, delay(τ_s) + U
+   (>= delay(τ_K) of every edge of s): FO then D, as figure 6 routes the label.
+3. M_L, a stateless ``explode``, turns each group into its items, stamped with its
+   window's end: a sink vertex and its label at delay(τ_K) (= its edges' stamp, R-L), an
+   edge at delay(τ_K), a source vertex at delay(τ_s), a source label at delay(τ_s) + U.
+   The Aggregate emits a group when the watermark reaches its window's end, so no item
+   leaves before the watermark reaches its stamp: a source's label never precedes one of
+   its edges, as figure 6's final sorting Aggregate ensures.
 
 Why D and FO share one Aggregate rather than figure 6's five stateful operators (D_1,
 FO's two Aggregates and Join, D_2) and the sorting Aggregate on four branches:
@@ -96,16 +103,15 @@ def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None)
     if not sinks:
         raise AnankeError("ankn_items needs at least one sink")
     u = max(U if U is not None else sinks[0].query.U, MIN_U)
-    u_us = int(u / timedelta(microseconds=1))
     base = _base(sinks[0], u)
     for other in sinks[1:]:
         base = base.unionByName(_base(other, u))
     null_long, null_str = F.lit(None).cast("long"), F.lit(None).cast("string")
 
-    def item(kind, id_, src, snk, tuple_us, anchor, pay, name=null_str):
+    def item(kind, id_, src, snk, tuple_us, anchor, pay, name=null_str, later=0):
         return F.struct(F.lit(kind).alias("kind"), id_.alias("id"), src.alias("source_id"), snk.alias("sink_id"),
-                        tuple_us.alias("tuple_us"), anchor.alias("anchor"), pay.alias("payload"),
-                        name.alias("sink_name"))
+                        tuple_us.alias("tuple_us"), anchor.alias("anchor"), F.lit(later).alias("later"),
+                        pay.alias("payload"), name.alias("sink_name"))
 
     sink_item = item("sink", F.col("sink_id"), null_long, null_long, F.col("tk_us"), F.col("tk_us"), F.col("payload"),
                      F.col("sink_name"))
@@ -115,29 +121,31 @@ def ankn_items(sinks: ProvSink | Sequence[ProvSink], U: timedelta | None = None)
                                          null_str)),
         F.transform(PROV, lambda p: item("source", p["id"], null_long, null_long, F.unix_micros(p["ts"]),
                                          F.unix_micros(p["ts"]), null_str)),
+        F.transform(PROV, lambda p: item("expired", p["id"], null_long, null_long, null_long,
+                                         F.unix_micros(p["ts"]), null_str, later=1)),
     )).alias("i")).select("tk", "i.*")
     # D then FO: one Aggregate, keyed by the item (module docstring)
-    grouped = delay(mu, "tk", u, anchor="anchor")
+    grouped = delay(mu, "tk", u, anchor="anchor", later="later")
     end = F.unix_micros(F.col("tk"))
 
-    def out(kind, vkind, ts_us, id_=None, body=False):
+    def out(kind, vkind, id_=None, body=False):
         return F.struct(F.lit(kind).alias("kind"), F.lit(vkind).cast("string").alias("vertex_kind"),
                         (F.col("id") if id_ is None else id_).alias("id"),
                         (F.col("sink_name") if body else null_str).alias("sink"),
                         F.col("source_id"), F.col("sink_id"),
                         (F.col("tuple_us") if body else null_long).alias("tuple_us"),
-                        ts_us.cast("long").alias("ts_us"), (F.col("payload") if body else null_str).alias("payload"))
+                        end.cast("long").alias("ts_us"), (F.col("payload") if body else null_str).alias("payload"))
 
     expanded = (
-        F.when(F.col("kind") == "sink", F.array(out("sink", "sink", end, body=True),
-                                                 out("label", "sink", end)))
-        .when(F.col("kind") == "edge", F.array(out("edge", None, end, id_=null_long)))
-        .otherwise(F.array(out("source", "source", end, body=True), out("label", "source", end + F.lit(u_us))))
+        F.when(F.col("kind") == "sink", F.array(out("sink", "sink", body=True), out("label", "sink")))
+        .when(F.col("kind") == "edge", F.array(out("edge", None, id_=null_long)))
+        .when(F.col("kind") == "source", F.array(out("source", "source", body=True)))
+        .otherwise(F.array(out("label", "source")))
     )
     return grouped.select(F.explode(expanded).alias("o")).select(*[F.col(f"o.{c}").alias(c) for c in ITEM_COLUMNS])
 
 
-def delay(df, ts: str, U: timedelta, anchor: str | None = None):
+def delay(df, ts: str, U: timedelta, anchor: str | None = None, later: str | None = None):
     """The paper's Delay operator D as figure 7 composes it (A 5.2): every input tuple once,
     payload unchanged, stamped ``delay(τ) = (⌊τ/U⌋ + 2)·U``, so ``U < delay(τ) - τ <= 2U``.
 
@@ -157,6 +165,12 @@ def delay(df, ts: str, U: timedelta, anchor: str | None = None):
     tuple naming it has τ_K in [τ_s, τ_s + U], Theorem 4.1): D then FO in one Aggregate.
     Without ``anchor`` the payload must be unique per tuple (the paper's premise).
 
+    With ``later`` as well (a payload column of 0 or 1) a tuple is held U longer where it
+    is 1: stamped ``delay(anchor) + later·U``. The windows are then 3U long, still
+    advancing U, and F keeps the one starting at ``(⌊anchor/U⌋ - 1 + later)·U``; it ends
+    at that stamp and, for ``ts`` in ``[anchor, anchor + U]``, holds ``ts``. ANK-N holds a
+    source's "expired" label this way until no edge naming the source can still come (R-L).
+
     The payload must be groupable (no map columns). On a streaming ``df`` the column ``ts``
     needs a watermark, and a tuple leaves when the watermark passes its window's end.
 
@@ -169,14 +183,22 @@ def delay(df, ts: str, U: timedelta, anchor: str | None = None):
 
     u_us = _micros(U)
     payload = [c for c in df.columns if c != ts]
-    if anchor is not None and anchor not in payload:
-        raise AnankeError(f"delay: anchor column {anchor!r} is not among the payload columns {payload}")
+    for name, col in (("anchor", anchor), ("later", later)):
+        if col is not None and col not in payload:
+            raise AnankeError(f"delay: {name} column {col!r} is not among the payload columns {payload}")
+    if later is not None and anchor is None:
+        raise AnankeError("delay: later needs an anchor")
     # τ_orig as a number: a second timestamp key would carry the watermark's marker too,
     # and a streaming Aggregate takes one event-time column
     orig = F.col(anchor) if anchor is not None else F.unix_micros(F.col(ts))
     keys = [] if anchor is not None else [orig.alias("_orig")]
-    f = (df.select(F.window(ts, spark_interval(2 * U), spark_interval(U)).alias("_w"), *keys, *payload)
-         .filter(F.unix_micros(F.col("_w.start")) == F.floor(orig / F.lit(u_us)) * F.lit(u_us)))
+    first = F.floor(orig / F.lit(u_us))  # ⌊τ/U⌋
+    if later is None:
+        size, start = 2 * U, first
+    else:
+        size, start = 3 * U, first - F.lit(1) + F.col(later)
+    f = (df.select(F.window(ts, spark_interval(size), spark_interval(U)).alias("_w"), *keys, *payload)
+         .filter(F.unix_micros(F.col("_w.start")) == start * F.lit(u_us)))
     # a count, so Spark aggregates by hashing (a first() of a string would sort both sides)
     a = f.groupBy("_w", *(["_orig"] if keys else []), *payload).agg(F.count(F.lit(1)).alias("_n"))
     return a.select(*payload, F.col("_w.end").alias(ts))

@@ -99,3 +99,30 @@ def test_delay_names_an_anchor_that_is_not_in_the_payload(spark):
     df = spark.createDataFrame([(1, T0)], "id long, ts timestamp")
     with pytest.raises(AnankeError, match="'nope'"):
         delay(df, "ts", U, anchor="nope")
+
+
+def test_delay_with_later_holds_those_tuples_one_u_more(spark):
+    """``later`` = 1 stamps a tuple delay(anchor) + U (ANK-N's source labels, after every
+    edge of their source); = 0 keeps delay(anchor). Either way once per key, for ``ts`` in
+    [anchor, anchor + U], the ends included."""
+    rng = random.Random(8)
+    rows, expected = [], {}
+    for key in range(40):
+        a, later = rng.randrange(0, 100_000), key % 2
+        if key % 5 == 0:
+            a = (a // 10_000) * 10_000  # on a window boundary
+        expected[key] = delay_of(_at(a), U) + later * U
+        times = [a, a + 10_000] + [a + rng.randrange(0, 10_001) for _ in range(rng.randrange(0, 3))]
+        rows += [(key, int(_at(a).timestamp() * 1e6), later, _at(t)) for t in times]
+    df = spark.createDataFrame(rows, "id long, a long, later int, ts timestamp")
+    out = delay(df, "ts", U, anchor="a", later="later").collect()
+    assert sorted(r["id"] for r in out) == sorted(expected)  # once each
+    assert {r["id"]: _aware(r["ts"]) for r in out} == expected
+
+
+def test_delay_refuses_later_without_an_anchor(spark):
+    from ananke.errors import AnankeError
+
+    df = spark.createDataFrame([(1, 0, T0)], "id long, later int, ts timestamp")
+    with pytest.raises(AnankeError, match="later needs an anchor"):
+        delay(df, "ts", U, later="later")
