@@ -1,7 +1,8 @@
 """Shared parts of the maritime pattern benchmarks: the rows (written once per size, as
 the header-less CSV both engines read), our side (the pattern matcher over that CSV,
 keys split over worker processes), Flink's side (PyFlink in its own virtual
-environment, bench/.venv-flink, created when absent), and match comparison.
+environment, bench/.venv-flink, created when absent; one JVM serving runs in the order the
+caller interleaves them), and match comparison.
 
 A match is compared as ``(pattern, vessel_id, start_ts, end_ts)`` with times as
 ``yyyy-MM-dd HH:mm:ss.SSS`` UTC strings, which is how Flink prints a TIMESTAMP(3).
@@ -9,6 +10,7 @@ A match is compared as ``(pattern, vessel_id, start_ts, end_ts)`` with times as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -118,32 +120,49 @@ def ensure_flink() -> tuple[Path | None, str]:
     return py, ""
 
 
-def flink(py: Path, path: Path, workloads: dict[str, list[tuple[str, str]]], warmup: Path, reps: int,
-          parallelism: int = 2, timeout: float = 3600, small: bool = True) -> dict:
-    """Run each workload's patterns in Flink SQL, all in one JVM (an untimed warm-up,
-    then ``reps`` timed runs per workload, and with ``small`` as many on the warm-up
-    file). Returns ``{"flink": version, "workloads":
-    {key: {"runs": [{"seconds", "matches"}], "matches": [...]}}}`` or ``{"error": ...}``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        spec, out = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-        spec.write_text(json.dumps({
-            "csv": str(path), "warmup_csv": str(warmup), "reps": reps, "parallelism": parallelism, "out": str(out),
-            "small": small,
-            "workloads": [{"key": k, "patterns": [{"name": n, "sql": s} for n, s in pats]}
-                          for k, pats in workloads.items()]}))
-        env = {**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx2g"}
+class FlinkFailed(RuntimeError):
+    """A Flink run failed (the message is Flink's error line)."""
+
+
+class FlinkJob:
+    """One Flink JVM (``bench/patterns/flink/job.py`` in the Flink virtual environment)
+    serving runs one at a time, so its runs can interleave with ours: ``run(csv,
+    patterns)`` gives ``(seconds, matches)``, timed inside the JVM from submitting the job
+    to its last match. Raises :class:`FlinkFailed` with Flink's error line when a run fails."""
+
+    def __init__(self, py: Path, parallelism: int = 2, heap: str = "2g"):
+        env = {**os.environ, "JAVA_TOOL_OPTIONS": f"-Xmx{heap}"}
+        self._err = tempfile.TemporaryFile(mode="w+")
+        self._p = subprocess.Popen([str(py), str(FLINK_JOB), str(parallelism)], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=self._err, text=True, env=env)
+        self.version = self._answer().get("flink")
+
+    def _answer(self) -> dict:
+        for line in self._p.stdout:
+            if line.startswith("@@RUN "):
+                return json.loads(line[len("@@RUN "):])
+        self._err.seek(0)
+        lines = [ln for ln in self._err.read().splitlines() if "Exception" in ln or "Error" in ln]
+        raise FlinkFailed(lines[-1] if lines else f"the Flink job exited ({self._p.wait()})")
+
+    def run(self, csv: Path, patterns: list[tuple[str, str]]) -> tuple[float, list[tuple]]:
+        self._p.stdin.write(json.dumps({"csv": str(csv), "patterns": [{"name": n, "sql": s} for n, s in patterns]})
+                            + "\n")
+        self._p.stdin.flush()
+        ans = self._answer()
+        if "error" in ans:
+            raise FlinkFailed(ans["error"])
+        return ans["seconds"], [tuple(m) for m in ans["matches"]]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._p.stdin.close()
         try:
-            p = subprocess.run([str(py), str(FLINK_JOB), str(spec)], capture_output=True, text=True,
-                               timeout=timeout, env=env)
+            self._p.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            return {"error": f"the Flink job did not finish within {timeout:g} s"}
-        if p.returncode != 0 or not out.exists():
-            lines = [ln for ln in (p.stderr or "").splitlines() if "Exception" in ln or "Error" in ln]
-            return {"error": (lines[-1] if lines else (p.stderr or "").strip()[-300:]) or f"exit {p.returncode}"}
-        res = json.loads(out.read_text())
-        for w in res["workloads"].values():
-            w["matches"] = [tuple(m) for m in w["matches"]]
-        return res
+            self._p.kill()
+            self._p.wait()
+        self._err.close()
 
 
 def compare(a: list[tuple], b: list[tuple]) -> dict:

@@ -12,14 +12,19 @@ The leading CEP engine, run in the same run on the same machine: Flink (PyFlink,
 - **the same 2 cores**: Flink with parallelism 2 (streaming mode over the bounded file,
   rowtime ``ts`` with a watermark, every pattern in one job as a ``UNION ALL`` of their
   queries, matches collected to the client; timed from submitting the job to the last
-  match, after an untimed warm-up job in the same JVM, all of Flink's runs first); ours
-  through the path a user's rows take (``bench/patterns/_spark_path.py``): Spark
-  Structured Streaming on ``local[2]``, the CSV read as a file stream, one live operator
-  running all the workload's patterns (``pattern_set_stream``, what
-  ``Engine.pattern_queries`` deploys: one ``transformWithStateInPandas`` per vessel with
-  each pattern's matcher state, RocksDB state, provenance on; matches collected to the
-  driver), timed from the query's start to the micro-batch whose watermark passed every
-  row, after an untimed warm-up query.
+  match, in one JVM that serves every run); ours through the path a user's rows take
+  (``bench/patterns/_spark_path.py``): Spark Structured Streaming on ``local[2]``, the CSV
+  read as a file stream, one live operator running all the workload's patterns
+  (``pattern_set_stream``, what ``Engine.pattern_queries`` deploys: one
+  ``transformWithStateInPandas`` per vessel with each pattern's matcher state, RocksDB
+  state, provenance on; matches collected to the driver), timed from the query's start to
+  the micro-batch whose watermark passed every row;
+- **the same warm-up**, untimed: every workload on a small file, then the one-pattern
+  workload on the big file, in each engine;
+- **interleaved rounds**: in each round, each workload runs in both engines back to back
+  (Spark first in odd rounds, Flink first in even ones), so each round's ratio is taken
+  from two neighbouring runs under the same load; the 1-minute load average is recorded
+  before each pair.
 
 Measured: rows per second of each, their ratio (ours through Spark / Flink's), and
 whether the matches are identical (pattern, vessel, first and last row time). An extra
@@ -30,8 +35,9 @@ without Spark.
 Targets: the matches are identical for every workload (Spark path and Flink); our
 throughput through Spark is at least 0.5x Flink's with 1, 16 and 48 patterns.
 
-Run: ``python -m bench flink_baseline [--quick]`` (published as ``flink_baseline_quick``
-when quick; a quick run skips the small-file runs that take fixed costs out).
+Run: ``python -m bench flink_baseline [--quick] [--rounds N] [--small]`` (published as
+``flink_baseline_quick`` when quick; ``--small`` adds runs on the small file that take each
+engine's fixed cost out, an extra column).
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import time
 
 from bench.harness import exit_code, publish, spread_note, target, verdict
-from bench.patterns._maritime import compare, dataset, ensure_flink, flink, ours, read_rows
+from bench.patterns._maritime import FlinkFailed, FlinkJob, compare, dataset, ensure_flink, ours, read_rows
 from bench.patterns._spark_path import session, spark_matches
 from moirae.sources.maritime_patterns import variants
 
@@ -52,6 +59,8 @@ MEASURES = ("bench/patterns/flink_baseline.py", "bench/patterns/_maritime.py", "
 
 GOAL = 0.5
 COUNTS = (1, 16, 48)
+#: a first pair's seconds at full size (288,000 rows), guessed before one has run (the budget)
+FIRST_PAIR_S = {"1": 40.0, "16": 80.0, "48": 180.0}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,19 +68,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a small run (< 2 min of matching)")
     ap.add_argument("--vessels", type=int, default=None)
     ap.add_argument("--hours", type=float, default=None)
-    ap.add_argument("--rounds", type=int, default=None, help="timed runs per engine and workload")
+    ap.add_argument("--rounds", default="3", help="timed runs per engine and workload: N, or per pattern "
+                    "count as 1=N,16=N,48=N (a workload whose ratio is near the goal needs more rounds)")
+    ap.add_argument("--budget", type=float, default=800.0, help="seconds (from the start) after which no further pair of runs "
+                    "starts when it would not end in time (judged on the workload's last pair); what ran is "
+                    "published")
+    ap.add_argument("--until", default=None, help="a UTC wall-clock time HH:MM the budget also ends at (a run "
+                    "that starts late in a shared slot still ends in time)")
+    ap.add_argument("--small", action="store_true", help="also time every workload on the small file "
+                    "(each engine's fixed cost, taken out in an extra column)")
     args = ap.parse_args(argv)
+    start = time.monotonic()
+    if args.until:
+        args.budget = min(args.budget, _seconds_until(args.until))
+        if args.budget < 240:  # not even the warm-up and one pair: nothing measured, nothing published
+            print(f"flink_baseline: {args.budget:.0f} s left before {args.until} UTC; not run")
+            return 2
     name = "flink_baseline_quick" if args.quick else "flink_baseline"
     vessels = args.vessels or (40 if args.quick else 200)
     hours = args.hours or (6.0 if args.quick else 12.0)
-    rounds = args.rounds or (1 if args.quick else 3)
+    rounds = parse_rounds(args.rounds)
     path, _ = dataset(vessels, hours)
     warm, _ = dataset(4, 1.0, seed=3)
     rows = sum(1 for _ in open(path, "rb"))
     small_rows = sum(1 for _ in open(warm, "rb"))
-    small = not args.quick  # the small-file runs (fixed costs out)
+    small = args.small
     data: dict = {"vessels": vessels, "hours": hours, "rows": rows, "small_rows": small_rows if small else None,
-                  "rounds": rounds, "counts": list(COUNTS),
+                  "rounds": rounds, "counts": list(COUNTS), "interleaved": True,
                   "spark_is": "Spark Structured Streaming (local[2], 2 shuffle partitions), the CSV as a file "
                               "stream, one live operator for all the patterns (pattern_set_stream: one "
                               "transformWithStateInPandas per vessel keeping each pattern's state, RocksDB "
@@ -85,39 +108,76 @@ def main(argv: list[str] | None = None) -> int:
     py, err = ensure_flink()
     data["flink_error"] = err or None
     loads = {str(n): variants(n) for n in COUNTS}
-    fl: dict = {}
-    if py is not None:  # Flink first, every workload in one warm JVM
-        fl = flink(py, path, loads, warm, reps=rounds, small=small)
-        data["flink_error"] = fl.get("error")
-        data["flink_version"] = fl.get("flink")
-        data["flink_warmup_s"] = fl.get("warmup_s")
-    data["load_avg_1m_flink"] = round(os.getloadavg()[0], 2)
     last, warm_last = read_rows(path)["ts"].max(), read_rows(warm)["ts"].max()
-    spark = session()
-    data["spark_warmup_s"] = round(spark_matches(spark, warm, loads["1"], warm_last)[0], 3)
-    for key, pats in loads.items():
-        w: dict = {"spark_s": [], "spark_progress": [], "ours_s": [], "flink_s": [], "spark_small_s": [],
-                   "flink_small_s": []}
-        mine: list = []
-        by_matcher: list = []
-        for _ in range(rounds):
-            secs, mine = spark_matches(spark, path, pats, last)
-            w["spark_s"].append(round(secs, 3))
-            w["spark_progress"].append(spark_matches.progress)
-            if small:
-                w["spark_small_s"].append(round(spark_matches(spark, warm, pats, warm_last)[0], 3))
-            secs_m, by_matcher = ours(path, pats)
-            w["ours_s"].append(round(secs_m, 3))
+    ws: dict = {k: {"spark_s": [], "spark_progress": [], "ours_s": [], "flink_s": [], "spark_small_s": [],
+                    "flink_small_s": [], "load_1m": [], "first": []} for k in loads}
+    found: dict = {k: {} for k in loads}
+    job = None
+    try:
+        if py is not None:
+            job = FlinkJob(py)
+            data["flink_version"] = job.version
+        spark = session()
+        # untimed warm-up, the same for both engines: every workload on the small file, then
+        # the one-pattern workload on the big file (each JVM's JIT and each engine's caches)
+        t0 = time.perf_counter()
+        for pats in loads.values():
+            spark_matches(spark, warm, pats, warm_last)
+        spark_matches(spark, path, loads["1"], last)
+        data["spark_warmup_s"] = round(time.perf_counter() - t0, 3)
+        if job is not None:
+            t0 = time.perf_counter()
+            for pats in loads.values():
+                job.run(warm, pats)
+            job.run(path, loads["1"])
+            data["flink_warmup_s"] = round(time.perf_counter() - t0, 3)
+        pair_s: dict = {}
+        for r in range(max(rounds.values())):  # interleaved: each round's ratio from two neighbouring runs
+            for key, pats in loads.items():
+                if r >= rounds[key]:
+                    continue
+                guess = pair_s.get(key, FIRST_PAIR_S.get(key, 0.0) * rows / 288_000)
+                if time.monotonic() - start + guess > args.budget:
+                    data.setdefault("skipped_rounds", []).append(f"{key} patterns, round {r + 1}")
+                    continue
+                t_pair = time.monotonic()
+                w = ws[key]
+                w["load_1m"].append(round(os.getloadavg()[0], 2))
+                order = ("spark", "flink") if r % 2 == 0 else ("flink", "spark")
+                w["first"].append(order[0] if job is not None else "spark")
+                for engine in order:
+                    if engine == "spark":
+                        secs, found[key]["spark"] = spark_matches(spark, path, pats, last)
+                        w["spark_s"].append(round(secs, 3))
+                        w["spark_progress"].append(spark_matches.progress)
+                        if small:
+                            w["spark_small_s"].append(round(spark_matches(spark, warm, pats, warm_last)[0], 3))
+                    elif job is not None:
+                        secs, found[key]["flink"] = job.run(path, pats)
+                        w["flink_s"].append(round(secs, 3))
+                        if small:
+                            w["flink_small_s"].append(round(job.run(warm, pats)[0], 3))
+                if r == 0:  # the matcher alone (not judged): once per workload
+                    secs_m, found[key]["matcher"] = ours(path, pats)
+                    w["ours_s"].append(round(secs_m, 3))
+                pair_s[key] = time.monotonic() - t_pair
+                print(f"round {r + 1}, {key} patterns: spark {w['spark_s'][-1]} s, flink "
+                      f"{w['flink_s'][-1] if w['flink_s'] else '-'} s, load {w['load_1m'][-1]}", flush=True)
+    except FlinkFailed as exc:  # Flink's run failed: no baseline
+        data["flink_error"] = str(exc)
+    finally:
+        if job is not None:
+            job.close()
+    for key, w in ws.items():
+        mine = found[key].get("spark", [])
         w["match_count"] = len(mine)
-        theirs = (fl.get("workloads") or {}).get(key)
-        if theirs:
-            w["flink_s"] = [round(r["seconds"], 3) for r in theirs["runs"]]
-            w["comparison"] = compare(mine, theirs["matches"])
-            w["matcher_comparison"] = compare(by_matcher, theirs["matches"])
+        if w["flink_s"] and not data["flink_error"]:
+            theirs = found[key]["flink"]
+            w["comparison"] = compare(mine, theirs)
+            w["matcher_comparison"] = compare(found[key]["matcher"], theirs)
             w["ratio"] = [round(f / o, 3) for o, f in zip(w["spark_s"], w["flink_s"], strict=False)]
             w["matcher_ratio"] = [round(f / o, 3) for o, f in zip(w["ours_s"], w["flink_s"], strict=False)]
             if small:
-                w["flink_small_s"] = [round(r["seconds"], 3) for r in theirs["small_runs"]]
                 # marginal: the extra time of the big file over the small one (each engine's fixed cost out)
                 w["marginal_ratio"] = [round((f - fs) / max(1e-3, o - os_), 3) for o, os_, f, fs in zip(
                     w["spark_s"], w["spark_small_s"], w["flink_s"], w["flink_small_s"], strict=False)]
@@ -132,6 +192,32 @@ def main(argv: list[str] | None = None) -> int:
     publish(name, data, markdown(data, name), figure(data), targets=ts)
     print(markdown(data, name))
     return exit_code(ts)
+
+
+def _seconds_until(hhmm: str) -> float:
+    """Seconds from now to the next UTC wall-clock time ``hhmm``."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC)
+    h, m = (int(x) for x in hhmm.split(":"))
+    end = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    if end <= now - dt.timedelta(hours=12):
+        end += dt.timedelta(days=1)
+    return (end - now).total_seconds()
+
+
+def parse_rounds(spec: str) -> dict[str, int]:
+    """Rounds per workload from ``--rounds``: one count for all, or ``count=rounds`` pairs.
+
+    >>> parse_rounds("3")
+    {'1': 3, '16': 3, '48': 3}
+    >>> parse_rounds("1=5,16=3,48=2")
+    {'1': 5, '16': 3, '48': 2}
+    """
+    if "=" not in spec:
+        return {str(n): int(spec) for n in COUNTS}
+    got = {k.strip(): int(v) for k, v in (part.split("=") for part in spec.split(","))}
+    return {str(n): got.get(str(n), 1) for n in COUNTS}
 
 
 def targets(data: dict) -> list[dict]:
@@ -168,10 +254,11 @@ def markdown(data: dict, name: str) -> str:
     lines = [f"## Patterns: against Flink SQL MATCH_RECOGNIZE (`{name}`)", "",
              f"The maritime scenario's rows ({data['rows']:,} rows: {data['vessels']} vessels, {data['hours']:g} h, "
              "one row per vessel every 30 s), the same CSV for both engines, parsed inside the timed span; "
-             f"{data['rounds']} timed round(s) per engine and workload (Flink's first, in one warm JVM). The "
-             f"machine's 1-minute load average was {data.get('load_avg_1m_before')} before, "
-             f"{data.get('load_avg_1m_flink')} after Flink's runs and {data.get('load_avg_1m_after')} at the end "
-             "(2 cores, shared).", "",
+             f"{_rounds(data['rounds'])} timed round(s) per engine and workload, interleaved (each workload in both engines "
+             "back to back, who goes first alternating by round; one warm JVM each). The "
+             f"machine's 1-minute load average was {data.get('load_avg_1m_before')} before"
+             + (f", {data['load_avg_1m_flink']} after Flink's runs" if data.get("load_avg_1m_flink") else "")
+             + f" and {data.get('load_avg_1m_after')} at the end (2 cores, shared).", "",
              f"- **Ours (judged)**: {data.get('spark_is')}.", f"- **Flink**: {data['flink_is']}.",
              f"- **Matcher only (not judged)**: {data['ours_is']}.", ""]
     if data.get("flink_error"):
@@ -191,11 +278,28 @@ def markdown(data: dict, name: str) -> str:
                   "of the extra seconds the big file took (Flink's job planning and deployment, Spark's query "
                   "planning and start, taken out). The targets judge the end-to-end ratio."]
     else:
-        lines += ["", "*Fixed costs out*: not measured in a quick run."]
+        lines += ["", "*Fixed costs out*: not measured in this run (``--small``)."]
+    if data.get("skipped_rounds"):
+        lines += ["", f"Rounds not run (the time budget of one hold of the benchmark lock): "
+                  f"{', '.join(data['skipped_rounds'])}."]
+    if data.get("interleaved"):
+        lines += ["", "Rounds (seconds of each engine's run, their pair run back to back; load: the 1-minute "
+                  "load average before the pair):", "",
+                  "| patterns | round | first | ours (Spark) s | Flink s | ours / Flink | load |",
+                  "|---:|---:|---|---:|---:|---:|---:|"]
+        for k, w in ws.items():
+            for i, (o, f) in enumerate(zip(w["spark_s"], w["flink_s"], strict=False)):
+                lines.append(f"| {k} | {i + 1} | {w['first'][i]} | {o:.2f} | {f:.2f} | {f / o:.2f}x | "
+                             f"{w['load_1m'][i]} |")
     lines += ["", "Goal: >= 0.5x Flink with 1, 16 and 48 patterns through Spark, the same matches. The "
               "matcher-only column is the pattern engine without Spark (no micro-batches, state store or "
               "shuffle), for reference."]
     return "\n".join(lines)
+
+
+def _rounds(r) -> str:
+    return str(r) if isinstance(r, int) else ", ".join(f"{v} ({k} pattern{'s' if k != '1' else ''})"
+                                                       for k, v in r.items())
 
 
 def _med(xs) -> str:

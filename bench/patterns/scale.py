@@ -13,7 +13,11 @@ measured end to end by ``bench/patterns/latency.py``). Baseline, in the same run
 same rows through the bare matcher (``Matcher.advance_frame``, no buffering, no state
 bytes, rows already in order), so the ratio is the live wrapper's overhead.
 
-Each point is the median of ``--rounds`` alternating runs of both (3 by default).
+Each point is the median of ``--rounds`` alternating runs of both (3 by default; the
+100k-key point, whose operator run alone takes minutes, ``--big-rounds``, 2 by default, so
+the full size fits one 15-minute hold of the benchmark lock). Full size: 1, 4, 16 and 48
+patterns (1,000 keys x 20 rows; 200 keys with more than 4 patterns), 1k, 10k and 100k
+keys (20 rows per key; 4 at 100k), WITHIN 10, 60 and 300 s over 100 keys x 60 rows.
 Targets: the operator keeps at least 0.5x the bare matcher's rows/s at every point (its
 buffering and state handling do not dominate), and its saved state per key grows at most
 linearly with WITHIN (bytes per key at the largest WITHIN over the smallest at most the
@@ -183,13 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3, help="alternating operator/bare runs per point (median)")
+    ap.add_argument("--big-rounds", type=int, default=2, help="the same at 50k keys and more")
     args = ap.parse_args(argv)
     name = "scale_quick" if args.quick else "scale"
     pattern_counts = [1, 4, 16, 48] if not args.quick else [1, 4, 16]
     key_counts = [1_000, 10_000, 100_000] if not args.quick else [100, 400]
     per_key = 20 if not args.quick else 6
     few = 200 if not args.quick else 10  # keys when there are more than 4 patterns
-    data: dict = {"quick": args.quick, "patterns": [], "keys": [], "state": []}
+    data: dict = {"quick": args.quick, "patterns": [], "keys": [], "state": [], "rounds": args.rounds,
+                  "big_rounds": args.big_rounds, "load_avg_1m_before": round(os.getloadavg()[0], 2)}
     base_rows = rows_for(1_000 if not args.quick else 40, per_key)
     for p in pattern_counts:
         sqls = [pattern_sql(i) for i in range(p)]
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     for k in key_counts:
         rows = rows_for(k, 4 if k >= 50_000 or args.quick else per_key, seed=1)
         t_op, t_bare, _m, ratios = _rounds(lambda rows=rows: run_operator([pattern_sql(0)], rows, 2)[:2],
-                                           lambda rows=rows: run_bare([pattern_sql(0)], rows, 2)[0], args.rounds)
+                                           lambda rows=rows: run_bare([pattern_sql(0)], rows, 2)[0],
+                                           args.big_rounds if k >= 50_000 else args.rounds)
         data["keys"].append({"keys": k, "rows": len(rows), "op_rows_per_s": round(len(rows) / t_op, 1),
                              "bare_rows_per_s": round(len(rows) / t_bare, 1), "ratio": round(statistics.median(ratios), 3),
                              "ratios": ratios})
@@ -235,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
           "several patterns in one operator, as `Engine.pattern_queries` deploys them), "
           "against the bare matcher on the same rows in the same run, median of alternating rounds (pattern rows/s count each row once per "
           "pattern; with more than 4 patterns fewer keys are used, see the JSON). Spark's shuffle and state store are not in "
-          f"these figures. Load average: {data['load_avg_1m']} on {os.cpu_count()} CPUs.\n\n" + "\n".join(lines) + "\n")
+          f"these figures. Rounds per point: {data['rounds']} ({data['big_rounds']} at 50k keys and more). The bare "
+          "matcher converts each batch's columns once and slices them per key (`Matcher.advance_frame`); the "
+          "operator is called per key, as Spark calls it. Load average (1 minute): "
+          f"{data['load_avg_1m_before']} before, {data['load_avg_1m']} after, on {os.cpu_count()} CPUs.\n\n" + "\n".join(lines) + "\n")
     fig = None
     try:
         import matplotlib

@@ -85,6 +85,9 @@ class EventDetail(EventSummary):
     progress: list[Task]
     boundary: dict[str, Any] | None
     provenance: Provenance
+    revisions: list[dict[str, Any]] = Field(default_factory=list, description=(
+        "a pattern match's MEASURES revisions, oldest first: {retraction, before, after, at}, the "
+        "measures a correction changed with their values before and after"))
     engine_running: bool
 
 

@@ -72,6 +72,24 @@ def key_rows(df: pd.DataFrame, partition_by: Sequence[str], order_by: str, row_i
         yield plain_key(key if isinstance(key, tuple) else (key,)), part
 
 
+def key_positions(df: pd.DataFrame, partition_by: Sequence[str], order_by: str,
+                  row_id: str) -> tuple[pd.DataFrame, list[tuple[tuple, np.ndarray]]]:
+    """:func:`key_rows` as positions: the rows ordered by (event time, row id), and each
+    key (as :func:`key_rows` names it, in its order) with the positions of its rows in that
+    order, so a caller converts each column once and slices it per key."""
+    ordered = df.sort_values([order_by, row_id], kind="stable")
+    if ordered.empty:
+        return ordered, []
+    if not partition_by:
+        return ordered, [((), np.arange(len(ordered)))]
+    gb = ordered.groupby(list(partition_by), sort=True, dropna=False)
+    codes = gb.ngroup().to_numpy()
+    perm = np.argsort(codes, kind="stable")
+    parts = np.split(perm, np.flatnonzero(np.diff(codes[perm])) + 1)
+    names = [plain_key(k if isinstance(k, tuple) else (k,)) for k in gb.size().index]
+    return ordered, list(zip(names, parts, strict=True))
+
+
 def plain_key(values) -> tuple:
     """A key as a tuple of plain Python values."""
     return tuple(v.item() if isinstance(v, np.generic) else v for v in values)

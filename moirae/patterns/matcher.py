@@ -25,7 +25,7 @@ from moirae.patterns.compile import CompiledPattern
 from moirae.patterns.errors import PatternError, PredicateEvaluationError
 from moirae.patterns.evaluate import Env, column_array, evaluate, memo_keys, truth
 from moirae.patterns.expr import Col, Prev, walk
-from moirae.patterns.match import Match, key_rows, plain_key, resume, to_frame, ts_ns, ts_value
+from moirae.patterns.match import Match, key_positions, plain_key, resume, to_frame, ts_ns, ts_value
 from moirae.patterns.nfa import ANY, MATCH, LazyDFA, Program
 from moirae.patterns.state import KeyState
 
@@ -192,13 +192,22 @@ class Matcher:
         new = dict(states)
         out: list[Match] = []
         seen = set()
-        if rows is not None:
-            for key, part in key_rows(rows, self.cp.partition_by, self.cp.order_by, self.cp.row_id):
-                seen.add(key)
-                got, st = self.advance(new.get(key), part, watermark=watermark)
+        if rows is not None and len(rows):
+            cp = self.cp
+            ordered, parts = key_positions(rows, cp.partition_by, cp.order_by, cp.row_id)
+            ts_all, kind = ts_ns(ordered[cp.order_by])
+            rid_all = ordered[cp.row_id].to_numpy()
+            cols_all = {c: (column_array(ordered[c]), _nullable_bool(ordered[c])) for c in cp.columns_used}
+            by_col = [ordered[c] for c in cp.partition_by]
+            for gkey, idx in parts:  # each column converted once, sliced per key (as advance converts it)
+                seen.add(gkey)
+                key = plain_key(s.iat[idx[0]] for s in by_col)
+                cols = {c: _as_bool(a[idx]) if nb else a[idx] for c, (a, nb) in cols_all.items()}
+                got, st = self.advance_arrays(new.get(gkey), key, ts_all[idx], kind, rid_all[idx], cols,
+                                              watermark=watermark)
                 out += got
                 if st is not None:
-                    new[key] = st
+                    new[gkey] = st
         if watermark is not None:
             for key in [k for k in new if k not in seen]:
                 got, st = self.advance(new[key], None, watermark=watermark)
@@ -433,3 +442,17 @@ class Matcher:
 
 
 __all__ = ["Matcher", "bound_step"]
+
+
+def _nullable_bool(s: pd.Series) -> bool:
+    """Whether ``column_array`` of a slice of ``s`` depends on the slice: a nullable
+    boolean column is bool where the slice has no NA, objects with None where it has."""
+    return not isinstance(s.dtype, np.dtype) and pd.api.types.is_bool_dtype(s.dtype)
+
+
+def _as_bool(a: np.ndarray) -> np.ndarray:
+    """A slice of a nullable boolean column (objects with None) as ``column_array`` gives
+    that slice alone: bool when it holds no None."""
+    if a.dtype == object and not any(v is None for v in a):
+        return a.astype(bool)
+    return a

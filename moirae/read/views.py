@@ -107,8 +107,21 @@ def event_detail(engine, eid: str) -> dict[str, Any] | None:
         "searches": searches(tasks, results),  # how far back each search went, what remains
         "boundary": None if boundary is None else {"seq": boundary.seq, **jsonable(dict(boundary.row))},
         "provenance": provenance(engine, record),
+        "revisions": measure_revisions(engine, eid),
         "engine_running": running(engine),
     }
+
+
+def measure_revisions(engine, eid: str) -> list[dict[str, Any]]:
+    """A pattern match's MEASURES revisions, oldest first: each correction that changed a
+    value the match reports, with the values before and after
+    (:mod:`moirae.retract.patterns`); none for other events."""
+    db = getattr(engine, "db", None)
+    if db is None:
+        return []
+    from moirae.retract.patterns import measure_revisions as read
+
+    return jsonable(read(db, eid))
 
 
 def _incident_of(engine, eid: str) -> str | None:

@@ -107,3 +107,44 @@ def test_a_predicate_that_cannot_be_evaluated_names_the_row():
     rows.loc[0, "speed"] = 3
     with pytest.raises(PredicateEvaluationError, match=r"pattern 'bad': DEFINE S failed on row 'c1-0'"):
         Matcher(cp).advance(None, rows)
+
+
+def test_a_frame_of_many_keys_matches_as_each_keys_rows_alone():
+    """``advance_frame`` (each column converted once, sliced per key) finds what
+    ``advance`` finds over each key's rows alone, over two batches: the same matches in
+    the same order and the same states, with two key columns, a key that is None, and
+    a nullable boolean column that has NA in some keys only (objects there, bools elsewhere)."""
+    from moirae.patterns.match import key_rows
+
+    sql = ("SELECT * FROM s MATCH_RECOGNIZE (PARTITION BY k, j ORDER BY ts MEASURES COUNT(A.*) AS n, "
+           "LAST(B.x) AS bx PATTERN (A{2,} B) WITHIN INTERVAL '60' SECOND "
+           "DEFINE A AS x > 3 AND f, B AS x <= 3 OR f IS NULL)")
+    cp = compile_pattern(sql, name="p", columns={"k": "string", "j": "double", "ts": "timestamp", "x": "double",
+                                                 "f": "boolean"}, row_id="rid")
+    rng = np.random.default_rng(3)
+    n = 400
+    f = pd.array(rng.choice([True, False], n), dtype="boolean")
+    f[(rng.random(n) < 0.1) & (np.arange(n) % 3 == 0)] = pd.NA
+    df = pd.DataFrame({"k": rng.choice(["a", "b", "c", None], n), "j": rng.integers(0, 2, n),
+                       "ts": pd.Timestamp("2024-01-01", tz="UTC") + pd.to_timedelta(np.sort(rng.integers(0, 300, n)),
+                                                                                    unit="s"),
+                       "x": rng.integers(0, 10, n) * 1.0, "f": f, "rid": np.arange(n)})
+    m = Matcher(cp)
+
+    def one_by_one(states, rows):
+        new, out = dict(states), []
+        for key, part in key_rows(rows, cp.partition_by, cp.order_by, cp.row_id):
+            got, st = m.advance(new.get(key), part)
+            out += got
+            if st is not None:
+                new[key] = st
+        return out, new
+
+    want_a, st_a = one_by_one({}, df.iloc[:200])
+    got_a, st_b = m.advance_frame({}, df.iloc[:200])
+    want, st_want = one_by_one(st_a, df.iloc[200:])
+    got, st_got = m.advance_frame(st_b, df.iloc[200:])
+    assert want_a and want
+    assert [repr(x) for x in got_a] == [repr(x) for x in want_a]
+    assert [repr(x) for x in got] == [repr(x) for x in want]
+    assert sorted(map(repr, st_got.items())) == sorted(map(repr, st_want.items()))

@@ -1,16 +1,16 @@
 """Run MATCH_RECOGNIZE patterns in Flink SQL over a CSV of maritime rows (PyFlink).
 
 Runs inside the Flink virtual environment (bench/.venv-flink), never imported by Moirae:
-``python job.py SPEC.json`` where the spec holds ``csv`` (a header-less CSV of the
-maritime columns, ordered by ``ts``), ``workloads`` (``[{"key", "patterns": [{"name",
-"sql"}]}]``: each pattern a ``SELECT ... FROM vessels MATCH_RECOGNIZE (...)`` whose
-measures include ``start_ts`` and ``end_ts``), ``reps`` (timed runs per workload),
-``parallelism``, ``warmup_csv`` (a small CSV the largest workload runs on first, untimed,
-so the JVM, the planner and the CEP operator are warm) and ``out`` (a JSON file to
-write: per workload its runs' seconds, the same on the small file (the fixed cost of a
-job; skipped when ``small`` is false) and the last run's matches).
+``python job.py PARALLELISM`` starts one JVM (a Table environment in streaming mode) and
+serves runs from its standard input, one JSON line each, ``{"csv", "patterns": [{"name",
+"sql"}]}`` (a header-less CSV of the maritime columns, ordered by ``ts``; each pattern a
+``SELECT ... FROM vessels MATCH_RECOGNIZE (...)`` whose measures include ``start_ts`` and
+``end_ts``), until the input ends. Each run's answer is one line on standard output,
+``@@RUN {"seconds", "matches": [[pattern, vessel_id, start_ts, end_ts], ...]}`` (or
+``@@RUN {"error"}``); the JVM's own output never starts with ``@@RUN``. The caller
+decides the order of runs (warm-up, interleaving with the other engine's runs).
 
-The job is Flink's streaming mode over the bounded file (the ``filesystem`` connector):
+A run is Flink's streaming mode over the bounded file (the ``filesystem`` connector):
 ``ts`` is the rowtime with a 1 s bounded-out-of-orderness watermark, and the end of the
 file moves the watermark to the end of time, so every pending match is emitted. All
 patterns run in one job as a ``UNION ALL`` of their queries over the one source table;
@@ -31,6 +31,7 @@ COLUMNS_DDL = """
   heading_diff DOUBLE, heading_change DOUBLE,
   WATERMARK FOR ts AS ts - INTERVAL '1' SECOND
 """
+PREFIX = "@@RUN "
 
 
 def make_env(parallelism: int):
@@ -63,33 +64,23 @@ def run(env, csv: str, patterns: list[dict], table: str) -> tuple[float, list[tu
     return time.perf_counter() - t0, rows
 
 
-def main(spec_path: str) -> int:
-    spec = json.loads(open(spec_path, encoding="utf-8").read())
-    env = make_env(int(spec.get("parallelism", 2)))
+def main(parallelism: int) -> int:
+    env = make_env(parallelism)
     import pyflink.version
 
-    out: dict = {"flink": pyflink.version.__version__, "workloads": {}}
-    workloads = spec["workloads"]
-    if spec.get("warmup_csv"):  # the largest workload on a small file: every code path compiled once
-        biggest = max(workloads, key=lambda w: len(w["patterns"]))
-        out["warmup_s"], _ = run(env, spec["warmup_csv"], biggest["patterns"], "warm")
-    n = 0
-    for w in workloads:
-        runs, rows = [], []
-        for _ in range(int(spec.get("reps", 1))):
-            secs, rows = run(env, spec["csv"], w["patterns"], f"vessels_{n}")
-            n += 1
-            runs.append({"seconds": secs, "matches": len(rows)})
-        small = []  # the same workload on the small file: the job's fixed cost (planning, deployment)
-        for _ in range(int(spec.get("reps", 1)) if spec.get("small", True) else 0):
-            secs, _rows = run(env, spec["warmup_csv"], w["patterns"], f"small_{n}")
-            n += 1
-            small.append({"seconds": secs, "matches": len(_rows)})
-        out["workloads"][w["key"]] = {"runs": runs, "small_runs": small, "matches": rows}
-    with open(spec["out"], "w", encoding="utf-8") as fh:
-        json.dump(out, fh)
+    print(PREFIX + json.dumps({"flink": pyflink.version.__version__}), flush=True)
+    for n, line in enumerate(sys.stdin):
+        if not line.strip():
+            continue
+        cmd = json.loads(line)
+        try:
+            secs, rows = run(env, cmd["csv"], cmd["patterns"], f"vessels_{n}")
+            answer = {"seconds": secs, "matches": rows}
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, which stops
+            answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+        print(PREFIX + json.dumps(answer), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 2))
