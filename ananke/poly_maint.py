@@ -29,9 +29,11 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from ananke.ids import from_micros, micros
 from ananke.poly_condition import Condition, Uncovered
-from ananke.polynomial import PolyPlan
+from ananke.polynomial import Poly, PolyPlan
 
 Window = tuple[tuple, datetime, datetime]
 
@@ -137,3 +139,45 @@ def window_of_sink(plan: PolyPlan, keys: tuple, ts: datetime) -> Window:
     = the end minus 1 µs, :mod:`ananke.query`) stands for."""
     hi = ts + timedelta(microseconds=1)
     return keys, hi - timedelta(microseconds=plan.size_us), hi
+
+
+def late_terms(plan: PolyPlan, rows: Iterable[tuple[int, Mapping[str, Any]]]) -> dict[Window, Poly]:
+    """Maintenance under insert (H 6) for a window over one source: the terms that late
+    source tuples ``(id, values)`` (values holding ``plan.ts``, the keys and the
+    aggregated columns) add to the polynomial of each window they fall in, as a
+    :class:`~ananke.polynomial.Poly` per window (``x_id (x) values``, one term per tuple
+    passing the pre-aggregate filters; NaN for a NULL or unreadable value). Adding them
+    to a stored polynomial (:meth:`ananke.poly_store.PolyStore.add_terms`) gives the
+    polynomial of the window over every row the archive holds.
+
+    >>> from ananke.polynomial import AggSpec
+    >>> plan = PolyPlan("q", "window", 1, ("m",), ("bw",), (AggSpec("a", "avg", "bw", 0, "bw"),), ("h",), "ts",
+    ...                 10, 10, pre=("(bw > 1.0D)",))
+    >>> t = from_micros(13)
+    >>> got = late_terms(plan, [(5, {"ts": t, "h": "x", "bw": 7.0}), (6, {"ts": t, "h": "x", "bw": 0.5})])
+    >>> [(k, micros(lo), p.ids.tolist(), p.values.tolist()) for (k, lo, _), p in got.items()]
+    [(('x',), 10, [5], [[7.0]])]
+    """
+    if plan.kind != "window" or plan.degree != 1:
+        raise ValueError(f"event-query {plan.sink!r}: only windows over one source are maintained here")
+    pre = [Condition(sql) for sql in plan.pre]
+    terms: dict[tuple, list[tuple[int, list[float]]]] = defaultdict(list)
+    for sid, r in rows:
+        if pre and not all(c.holds(r) for c in pre):
+            continue
+        vals = []
+        for arg in plan.value_columns:
+            try:
+                v = _value(plan, arg, r)
+            except Uncovered:
+                v = None
+            vals.append(float("nan") if v is None else float(v))
+        keys = tuple(r[k] for k in plan.keys)
+        for lo, hi in window_bounds(micros(r[plan.ts]), plan.size_us, plan.slide_us):
+            terms[(keys, lo, hi)].append((int(sid), vals))
+    out: dict[Window, Poly] = {}
+    for (keys, lo, hi), ts in sorted(terms.items(), key=lambda kv: (kv[0][1], repr(kv[0][0]))):
+        ids = np.array([sid for sid, _ in ts], dtype=np.int64)
+        vals = np.array([v for _, v in ts], dtype=np.float64).reshape(len(ts), len(plan.value_columns))
+        out[(keys, from_micros(lo), from_micros(hi))] = Poly(ids, vals if plan.value_columns else None, 1)
+    return out

@@ -38,6 +38,7 @@ class Maintenance:
         self._lock = threading.Lock()  # one maintenance pass at a time (see once)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._late = None  # moirae.retract.late.LateFollower, once an event-query keeps polynomials
 
     def start(self) -> None:
         """Run a pass every ``archive.maintenance_interval`` until :meth:`stop`."""
@@ -90,10 +91,30 @@ class Maintenance:
                     lag = max(cq.after for cq in cqs) + self.settings.spark.trigger * 5 + timedelta(seconds=2)
                     self.archiver.demote(wm + flow.U - lag, [context_stream(flow.query.name, cq.name) for cq in cqs])
         self.archiver.age()
+        self._absorb_late()
         edges = [f.graph.e for f in self.deploy.flows.values() if f.graph is not None]
         view = contributing_view(self.db, edges)
         self.archiver.apply_retention(Contributing(view, "source_id") if view else None)
         self.deploy.save_state()
+
+    def _absorb_late(self) -> None:
+        """Late rows archived into windows that already alerted join their alerts'
+        polynomials (:class:`moirae.retract.late.LateFollower`, H 6)."""
+        stores = [f.polys for f in list(self.deploy.flows.values()) if getattr(f, "polys", None) is not None]
+        if not stores:
+            return
+        if self._late is None:
+            from moirae.retract.late import LateFollower
+
+            def emitted(query: str):
+                flow = self.deploy.flows.get(query)
+                return flow.emitted_below() if flow is not None else None
+
+            self._late = LateFollower(self.archiver, stores[0], stores[0].plans, emitted)
+        try:
+            self._late.sweep()
+        except Exception as exc:  # noqa: BLE001 - the next pass reads the same rows again
+            log.warning("maintenance: absorbing late rows into alert polynomials failed: %s", exc)
 
     def _source_horizons(self) -> dict[str, Any]:
         """Per source stream: the minimum expiry horizon of the queries reading it;
