@@ -25,7 +25,7 @@ PACKAGES = ("scheduler", "similarity", "archive", "ananke", "recall", "moirae")
 #: The modules whose docstrings hold examples (each must run at least one).
 WITH_EXAMPLES = frozenset("""
 ananke.ank1 ananke.digest ananke.graph ananke.ids ananke.items ananke.spark_adapter ananke.store
-ananke.polynomial ananke.poly_condition ananke.poly_eval ananke.poly_maint ananke.ankn
+ananke.polynomial ananke.poly_condition ananke.poly_eval ananke.poly_maint ananke.poly_store ananke.poly_writer ananke.ankn
 archive.abc archive.chunk_copy archive.chunks archive.contributors archive.copy archive.exec_sink archive.exec_stream archive.exec_udf archive.history archive.history_plan archive.index_claims archive.names archive.pg archive.row_flags archive.schema archive.shared archive.stage_read archive.types archive.validate
 moirae.base.durations moirae.base.errors moirae.base.lazy moirae.base.redact moirae.errors moirae.api.app moirae.api.auth moirae.api.guard moirae.api.sse moirae.api.access moirae.api.limits moirae.config moirae.queries.context_sql moirae.monitors moirae.monitors.errors moirae.monitors.marked moirae.monitors.sqlquery moirae.sources.kinds moirae.runtime.errorlog moirae.ingest.event_worker moirae.runtime.idle moirae.incidents.store moirae.retract.partials
 moirae.sources.analyze moirae.sources.cluster moirae.sources.cluster_config moirae.sources.disorder
@@ -38,7 +38,7 @@ scheduler.clock scheduler.config scheduler.errors scheduler.events scheduler.fai
 scheduler.scheduler scheduler.stride scheduler.tickets
 similarity similarity.config similarity.explain similarity.idf similarity.incidents similarity.learned similarity.novelty similarity.scorer similarity.search
 similarity.index_cache similarity.index_codec similarity.stats similarity.synopsis similarity.terms similarity.topk
-similarity.vocabulary
+similarity.vocabulary similarity.index moirae.queries.context
 archive.reference moirae.rules.book moirae.rules.norm
 moirae.retract.errors moirae.retract.predicate moirae.retract.flagged moirae.cli.commands.lookup moirae.ingest.persist
 moirae.patterns.bound moirae.patterns.compile moirae.patterns.errors moirae.patterns.evaluate moirae.patterns.expr moirae.patterns.lexer moirae.patterns.statement moirae.patterns.syntax
