@@ -129,5 +129,14 @@ def processor(patterns: PatternCore | PatternSet):
 
 
 def batch_matches(patterns: PatternCore | PatternSet):
-    """The ``applyInPandas`` function over one key's static rows (materialization)."""
-    return PatternSet.of(patterns).batch
+    """The ``applyInPandas`` function over one key's static rows (materialization).
+
+    A function of the frame alone: Spark passes the grouping key too to a function whose
+    signature has two parameters, which a bound method's ``self`` would count as.
+    """
+    ps = PatternSet.of(patterns)
+
+    def one_key(frame):
+        return ps.batch(frame)
+
+    return one_key

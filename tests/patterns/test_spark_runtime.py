@@ -129,3 +129,17 @@ def test_out_of_order_rows_match_as_the_reference_and_a_restart_repeats_none(spa
     have = sorted((r["k"], utc(r["ts"]), r["n"], r["bx"], utc(r["since"]), tuple(sorted(utc(p["ts"]) for p in r[PROV])))
                   for r in got.to_dict("records"))
     assert have == want
+
+
+def test_a_static_frame_gives_the_reference_matches(spark):
+    """A static DataFrame (batch re-materialization, M 4.2) runs the same code once per key
+    through ``applyInPandas``: the reference matcher's matches, with their bound rows."""
+    rows = _rows()
+    df = spark.createDataFrame(rows, SCHEMA)
+    pq = ProvQuery()
+    cp = compile_live("p", SQL, df.schema, "ts")
+    got = pattern_stream(pq.source(df, "s", "ts", cols=["k", "x"]), cp, stream="s", payload=["k", "x"]).df.toPandas()
+    want = reference_matches(cp, rows.assign(**{ROW_ID: range(len(rows))}))
+    assert len(want) > 0
+    assert sorted(got["n"]) == sorted(m.measures["n"] for m in want)
+    assert all(len(p) == n + 1 for p, n in zip(got[PROV], got["n"], strict=True))  # A{n} then B
