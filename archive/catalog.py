@@ -19,7 +19,7 @@ from archive.abc import ChunkGrid, ChunkInfo, Tier
 from archive.errors import SchemaConflict, UnknownStream
 from archive.names import quote
 from archive.pg import Database
-from archive.schema import DDL_LOCK, open_schema, stream_table_ddl
+from archive.schema import DDL_LOCK, open_schema, stream_table_ddl, table_exists
 from archive.settings import ArchiveSettings
 from archive.streams import RetentionPolicy, StreamSpec
 from archive.types import ColumnType
@@ -209,8 +209,7 @@ class Catalog:
 
 def has_partition(cur, table: str) -> bool:
     """Whether chunk table ``table`` exists (inside the caller's transaction)."""
-    cur.execute("SELECT to_regclass(%s) IS NOT NULL", (quote(table),))
-    return bool(cur.fetchone()[0])
+    return table_exists(cur, quote(table))
 
 
 def _describe(spec: StreamSpec) -> str:

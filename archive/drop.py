@@ -11,7 +11,7 @@ archive's DDL lock, so a concurrent ``register`` or chunk creation waits for it.
 from __future__ import annotations
 
 from archive.names import quote, stage_name
-from archive.schema import DDL_LOCK
+from archive.schema import DDL_LOCK, table_exists
 
 __all__ = ["drop_stream_sql", "forget_batches", "forget_tag"]
 
@@ -33,8 +33,7 @@ def drop_stream_sql(cur, name: str) -> None:
 
 def _forget_checkpoint(cur, streams: list[str]) -> None:
     """The recorded checkpoint identities of ``streams`` (:mod:`archive.checkpoint_identity`) go."""
-    cur.execute("SELECT to_regclass('moirae_checkpoints') IS NOT NULL")
-    if cur.fetchone()[0]:
+    if table_exists(cur, "moirae_checkpoints"):
         cur.execute("DELETE FROM moirae_checkpoints WHERE stream = ANY(%s)", (streams,))
 
 

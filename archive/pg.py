@@ -27,7 +27,7 @@ import psycopg2.extensions
 
 from archive.errors import DatabaseUnavailable
 from archive.pool import IdlePool
-from archive.schema import OUTAGES_DDL
+from archive.schema import OUTAGES_DDL, table_exists
 from moirae.base.redact import redact, redact_all
 
 ENV_DSN = "MOIRAE_PG_DSN"
@@ -209,9 +209,8 @@ class Database:
         """The outage under way (this process) and the recorded ones (any process), newest first."""
         report = self.health.report()
         with self.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('moirae_outages') IS NOT NULL")
             rows = []
-            if cur.fetchone()[0]:
+            if table_exists(cur, "moirae_outages"):
                 cur.execute("SELECT start_ts, end_ts, retries, during, last_error FROM moirae_outages "
                             "ORDER BY id DESC LIMIT %s", (limit,))
                 rows = cur.fetchall()

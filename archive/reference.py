@@ -37,7 +37,7 @@ import pandas as pd
 
 from archive.errors import ReferenceTableError
 from archive.names import quote
-from archive.schema import REFERENCE_DDL, reference_table_ddl
+from archive.schema import REFERENCE_DDL, reference_table_ddl, table_exists
 from archive.types import ColumnType, coerce
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,47}$")
@@ -116,8 +116,7 @@ class ReferenceTables:
             if self._meta is None:
                 self._read_at = time.monotonic()
                 with self.db.connection() as conn, conn.cursor() as cur:
-                    cur.execute("SELECT to_regclass('moirae_reference_tables') IS NOT NULL")
-                    if not cur.fetchone()[0]:
+                    if not table_exists(cur, "moirae_reference_tables"):
                         self._meta = {}
                         return self._meta
                     cur.execute("SELECT name, key, columns, version FROM moirae_reference_tables")

@@ -240,6 +240,16 @@ def stage_table_ddl(stream: str, columns: list[str]) -> str:
     return f"CREATE TABLE IF NOT EXISTS {quote(stage_name(stream))} AS SELECT {cols} FROM {quote(stream)} WITH NO DATA"
 
 
+def table_exists(cur, *tables: str) -> bool:
+    """Whether every one of ``tables`` exists, looked up as SQL would resolve each name
+    (so a name that needs quoting is passed quoted), inside the caller's transaction.
+
+    A reader of an optional table (one created on first use) asks this before reading it,
+    so that a database where the feature never ran reads as empty rather than failing."""
+    cur.execute("SELECT bool_and(to_regclass(t) IS NOT NULL) FROM unnest(%s::text[]) t", (list(tables),))
+    return bool(cur.fetchone()[0])
+
+
 def stored_version(cur) -> int | None:
     """The version stored in the database: None for a database without the archive's
     tables, 0 for one written before the version was stored."""

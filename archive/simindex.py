@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from archive.schema import SIMINDEX_DDL
+from archive.schema import SIMINDEX_DDL, table_exists
 
 _TEXT_OID = 25
 
@@ -104,8 +104,7 @@ def ready(arch, stream: str, chunk_ids: Iterable[int]) -> None:
 
 
 def ensure(cur) -> None:
-    cur.execute("SELECT to_regclass('moirae_simindex') IS NOT NULL AND to_regclass('moirae_simvocab') IS NOT NULL")
-    if not cur.fetchone()[0]:
+    if not table_exists(cur, "moirae_simindex", "moirae_simvocab"):
         cur.execute("SELECT pg_advisory_xact_lock(hashtext('moirae_simindex'))")
         cur.execute(SIMINDEX_DDL)
 
@@ -121,8 +120,7 @@ def invalidate(db, stream: str, chunk_ids: Iterable[int]) -> int:
     for fn in listeners:
         fn(stream, ids)
     with db.connection(autocommit=False) as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_simindex') IS NOT NULL")
-        if not cur.fetchone()[0]:
+        if not table_exists(cur, "moirae_simindex"):
             return 0
         cur.execute("DELETE FROM moirae_simindex WHERE chunk_id = ANY(%s) AND %s = ANY(streams)", (ids, stream))
         return cur.rowcount

@@ -14,6 +14,7 @@ import json
 import logging
 from typing import Any
 
+from archive.schema import table_exists
 from moirae.base.redact import redact, redact_all
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,7 @@ def audit_request(request, action: str, target: str | None, detail: dict[str, An
 def recent(db, limit: int = 100) -> list[dict[str, Any]]:
     """The newest ``limit`` audit records, newest first."""
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_audit') IS NOT NULL")
-        if not cur.fetchone()[0]:
+        if not table_exists(cur, "moirae_audit"):
             return []
         cur.execute("SELECT id, at, actor, action, target, detail FROM moirae_audit ORDER BY id DESC LIMIT %s",
                     (limit,))

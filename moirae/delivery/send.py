@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from archive.schema import table_exists
 from moirae.delivery.signing import sign
 from moirae.delivery.targets import Target
 from moirae.runtime.metrics import DELIVERIES
@@ -72,8 +73,7 @@ class DeadLetters:
 
     def list(self, limit: int = 100) -> list[dict[str, Any]]:
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('moirae_delivery_dead_letters') IS NOT NULL")
-            if not cur.fetchone()[0]:
+            if not table_exists(cur, "moirae_delivery_dead_letters"):
                 return []
             cur.execute("SELECT id, at, target, eid, status, payload, attempts, error "
                         "FROM moirae_delivery_dead_letters ORDER BY id DESC LIMIT %s", (limit,))

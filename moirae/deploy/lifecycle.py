@@ -39,6 +39,7 @@ from typing import Any
 
 from psycopg2.extensions import make_dsn, parse_dsn
 
+from archive.schema import table_exists
 from moirae.base.errors import MoiraeError
 from moirae.ingest.sources import SourceRegistry
 
@@ -404,8 +405,7 @@ def stored_monitors(db) -> list[dict[str, Any]]:
     """The deployed set as ``moirae_monitors`` records it, without the texts (for a
     front without a running engine); empty when no monitor was ever deployed."""
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_monitors') IS NOT NULL")
-        if not cur.fetchone()[0]:
+        if not table_exists(cur, "moirae_monitors"):
             return []
         cur.execute("SELECT name, version, state, deployed_at, error FROM moirae_monitors ORDER BY name")
         return [{"name": n, "version": v, "state": s, "deployed_at": at.isoformat(), "error": e}

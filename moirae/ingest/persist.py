@@ -10,6 +10,7 @@ import threading
 from collections.abc import Sequence
 
 from archive.names import quote
+from archive.schema import table_exists
 from similarity.learned import LearnedIds
 
 DDL = """
@@ -137,8 +138,7 @@ def contributing_view(db, edge_tables: list[str]) -> str | None:
     if not edge_tables:
         return None
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_retracted_sinks') IS NOT NULL")
-        retracted = cur.fetchone()[0]
+        retracted = table_exists(cur, "moirae_retracted_sinks")
         union = " UNION ALL ".join(
             f"SELECT source_id FROM {quote(t)} e" + (
                 " WHERE NOT EXISTS (SELECT 1 FROM moirae_retracted_sinks r "

@@ -19,6 +19,7 @@ from typing import Any
 
 from ananke.store import GraphStore
 from archive import Archiver, Database
+from archive.schema import table_exists
 from moirae.deploy.lifecycle import stored_monitors
 from moirae.incidents.store import IncidentStore
 from moirae.ingest.events import EventLog, EventRecord
@@ -108,8 +109,7 @@ class ReadOnlyEngine:
         except ValueError:  # not a valid prefix: no graph
             return None
         with self.db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (store.v,))
-            return store if cur.fetchone()[0] else None
+            return store if table_exists(cur, store.v) else None
 
     def event_inputs(self, event: str) -> None:
         return None  # the event-queries are the running engine's, not in the database

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from archive.schema import table_exists
 from moirae.retract.errors import NoSuchRetraction
 from moirae.retract.lookup import QueryGraph, forward
 from moirae.retract.selection import Selection, resolve
@@ -48,8 +49,7 @@ def alert_support(engine, eid: str) -> dict[str, Any]:
 
 def _exists(engine) -> bool:
     with engine.db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_retractions') IS NOT NULL")
-        return bool(cur.fetchone()[0])
+        return table_exists(cur, "moirae_retractions")
 
 
 def retraction_list(engine, limit: int = 100) -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ from typing import Any
 
 from archive import simindex
 from archive.names import quote
+from archive.schema import table_exists
 from moirae.queries.hybrid import event_stream
 from moirae.retract.lookup import QueryGraph, sink_ids_of
 from moirae.retract.store import RetractionStore
@@ -148,8 +149,7 @@ class Effects:
         empty (by this retraction), reopen one this retraction had resolved."""
         eids = list(alerts)
         with self.db.connection(autocommit=False) as conn, conn.cursor() as cur:
-            cur.execute("SELECT to_regclass('moirae_incident_events') IS NOT NULL")
-            if not cur.fetchone()[0]:
+            if not table_exists(cur, "moirae_incident_events"):
                 return []
             cur.execute("SELECT DISTINCT incident FROM moirae_incident_events WHERE eid = ANY(%s)", (eids,))
             touched = sorted(r[0] for r in cur.fetchall())

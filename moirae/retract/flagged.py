@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from archive.names import quote
+from archive.schema import table_exists
 
 
 def apply_flags(frame: pd.DataFrame, removed: set[int], corrected: Mapping[int, Mapping[str, Any]]) -> pd.DataFrame:
@@ -120,9 +121,7 @@ class ArchiveFlags:
             return kept
 
     def _exists(self, cur) -> bool:
-        cur.execute("SELECT to_regclass('moirae_retracted_rows') IS NOT NULL AND "
-                    "to_regclass('moirae_alert_status') IS NOT NULL")
-        return bool(cur.fetchone()[0])
+        return table_exists(cur, "moirae_retracted_rows", "moirae_alert_status")
 
     def flags(self, stream: str, lo=None, hi=None, half_open: bool = False) -> tuple[set[int], dict[int, dict]]:
         """Removed and corrected (newest values) source ids of ``stream``, in ``[lo, hi]``

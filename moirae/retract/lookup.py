@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from archive.schema import table_exists
+
 #: at most this many source rows are listed one by one in an answer (all are counted)
 MAX_LISTED = 500
 
@@ -153,15 +155,13 @@ def _attach_status(db, alerts: dict[str, dict[str, Any]], statuses: dict[str, di
     eids = list(alerts)
     with db.connection() as conn, conn.cursor() as cur:
         if statuses is None:
-            cur.execute("SELECT to_regclass('moirae_alert_status') IS NOT NULL")
             statuses = {}
-            if cur.fetchone()[0]:
+            if table_exists(cur, "moirae_alert_status"):
                 cur.execute("SELECT eid, status, reason, retraction FROM moirae_alert_status WHERE eid = ANY(%s)",
                             (eids,))
                 statuses = {e: {"status": s, "reason": r, "retraction": rid} for e, s, r, rid in cur.fetchall()}
-        cur.execute("SELECT to_regclass('moirae_incident_events') IS NOT NULL")
         incidents: dict[str, tuple[str, str]] = {}
-        if cur.fetchone()[0]:
+        if table_exists(cur, "moirae_incident_events"):
             cur.execute("SELECT x.eid, i.id, i.status FROM moirae_incident_events x JOIN moirae_incidents i "
                         "ON i.id = x.incident WHERE x.eid = ANY(%s)", (eids,))
             incidents = {e: (i, s) for e, i, s in cur.fetchall()}

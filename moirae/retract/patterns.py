@@ -50,6 +50,7 @@ import pandas as pd
 
 from archive import simindex
 from archive.names import quote
+from archive.schema import table_exists
 from moirae.queries.hybrid import event_stream
 
 log = logging.getLogger(__name__)
@@ -365,8 +366,7 @@ def measure_revisions(db, eid: str) -> list[dict[str, Any]]:
     """The MEASURES revisions of match ``eid`` (``{"retraction", "before", "after", "at"}``),
     oldest first; none when the database has no revision table (it creates none)."""
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_pattern_revisions') IS NOT NULL")
-        if not cur.fetchone()[0]:
+        if not table_exists(cur, "moirae_pattern_revisions"):
             return []
         cur.execute("SELECT retraction, before, after, at FROM moirae_pattern_revisions WHERE eid = %s ORDER BY id",
                     (eid,))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from archive.names import quote
+from archive.schema import table_exists
 from moirae.retract.lookup import QueryGraph, sources_of_events
 
 
@@ -29,8 +30,7 @@ def alert_support(db, archive, graphs: Mapping[str, QueryGraph], event: str | No
     streams = qg.inputs or tuple(s.name for s in archive.streams() if s.kind == "raw")
     with db.connection() as conn, conn.cursor() as cur:
         for stream in streams:
-            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (quote(stream),))
-            if sids and cur.fetchone()[0]:
+            if sids and table_exists(cur, quote(stream)):
                 cur.execute(f"SELECT count(*) FROM {quote(stream)} WHERE _sid = ANY(%s)", (sids,))
                 held += cur.fetchone()[0]
     return {**out, "available": True, "sources": len(sids), "in_archive": held,
@@ -39,8 +39,7 @@ def alert_support(db, archive, graphs: Mapping[str, QueryGraph], event: str | No
 
 def _status(db, eid: str) -> dict[str, Any]:
     with db.connection() as conn, conn.cursor() as cur:
-        cur.execute("SELECT to_regclass('moirae_alert_status') IS NOT NULL")
-        if not cur.fetchone()[0]:
+        if not table_exists(cur, "moirae_alert_status"):
             return {"status": "active", "reason": None, "retraction": None}
         cur.execute("SELECT status, reason, retraction FROM moirae_alert_status WHERE eid = %s", (eid,))
         row = cur.fetchone()
