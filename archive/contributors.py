@@ -143,10 +143,11 @@ def _child_index_name(part: str, index: str) -> str:
 
 
 def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tuple[tuple, datetime, datetime]],
-                summarize: bool = True) -> list[list[tuple[int, datetime, int]]]:
+                summarize: bool = True, columns: Sequence[str] = ()) -> list[list[tuple]]:
     """For each ``(key values, lo, hi)`` of ``windows``, the rows of ``stream`` with those
     key values and ``lo <= ts < hi``, as ``(_sid, ts, _batch)`` in arrival order (none for
-    key values the archive cannot hold, :func:`unarchivable`).
+    key values the archive cannot hold, :func:`unarchivable`), each followed by its values
+    of ``columns`` when some are named (``(_sid, ts, _batch, v0, ...)``).
 
     Key values are bound parameters, cast to the columns' archive types; a None key
     matches NULL. One statement reads every window with no NULL key; a window with one
@@ -162,7 +163,11 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
     missing = [k for k in keys if k not in spec.columns]
     if missing:
         raise KeyError(f"stream {stream!r} has no column(s) {missing} (columns: {list(spec.columns)})")
-    out: list[list[tuple[int, datetime, int]]] = [[] for _ in windows]
+    absent = [c for c in columns if c not in spec.columns]
+    if absent:
+        raise KeyError(f"stream {stream!r} has no column(s) {absent} (columns: {list(spec.columns)})")
+    extra = "".join(f", {quote(c)}" for c in columns)
+    out: list[list[tuple]] = [[] for _ in windows]
     readable = [i for i, w in enumerate(windows) if unarchivable(w[0]) is None]
     if summarize:
         brin_pages.summarize(archiver, stream,
@@ -178,33 +183,33 @@ def window_rows(archiver, stream: str, keys: Sequence[str], windows: Sequence[tu
         plain = [i for i in readable if all(v is not None for v in windows[i][0])]
         clustered = bool(set(archiver.cluster_keys(stream)) & set(keys))
         if plain and clustered and len(plain) <= PER_WINDOW_READS:
-            found = _read_each(cur, spec, keys, windows, plain)
+            found = _read_each(cur, spec, keys, windows, plain, extra)
         elif plain:
-            found = _read_joined(cur, spec, keys, windows, plain)
+            found = _read_joined(cur, spec, keys, windows, plain, "".join(f", t.{quote(c)}" for c in columns))
         else:
             found = []
-        for i, sid, t, batch in found:
-            out[i].append((sid, t, batch))
+        for i, *row in found:
+            out[i].append(tuple(row))
         for i in sorted(set(readable) - set(plain)):
-            out[i] = _read_with_nulls(cur, spec, keys, *windows[i])
+            out[i] = _read_with_nulls(cur, spec, keys, *windows[i], extra)
     return out
 
 
-def _read_each(cur, spec, keys: Sequence[str], windows, plain: list[int]) -> list[tuple]:
-    """``(window, _sid, ts, _batch)`` of the ``plain`` windows, each read through the BRIN
-    index on its own (its key's ranges only), in one statement."""
+def _read_each(cur, spec, keys: Sequence[str], windows, plain: list[int], extra: str = "") -> list[tuple]:
+    """``(window, _sid, ts, _batch, extra...)`` of the ``plain`` windows, each read through
+    the BRIN index on its own (its key's ranges only), in one statement."""
     ts = quote(spec.ts_col)
     cur.execute("SET LOCAL max_parallel_workers_per_gather = 0")  # a few ranges each: no workers to start
-    one = (f"(SELECT %s::int AS i, _sid, {ts}, _batch FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s"
+    one = (f"(SELECT %s::int AS i, _sid, {ts}, _batch{extra} FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s"
            + "".join(f" AND {quote(k)} = %s::{spec.columns[k].value}" for k in keys) + ")")
     cur.execute(" UNION ALL ".join([one] * len(plain)) + " ORDER BY i, _batch",
                 [p for i in plain for p in (i, windows[i][1], windows[i][2], *windows[i][0])])
     return cur.fetchall()
 
 
-def _read_joined(cur, spec, keys: Sequence[str], windows, plain: list[int]) -> list[tuple]:
-    """``(window, _sid, ts, _batch)`` of the ``plain`` windows, as one hash join of the
-    windows with every row of their overall time span."""
+def _read_joined(cur, spec, keys: Sequence[str], windows, plain: list[int], extra: str = "") -> list[tuple]:
+    """``(window, _sid, ts, _batch, extra...)`` of the ``plain`` windows, as one hash join
+    of the windows with every row of their overall time span (``extra`` qualified by ``t.``)."""
     from psycopg2.extras import execute_values
 
     ts = quote(spec.ts_col)
@@ -213,7 +218,7 @@ def _read_joined(cur, spec, keys: Sequence[str], windows, plain: list[int]) -> l
                          *(f"t.{quote(k)} = d.k{n}" for n, k in enumerate(keys))])
     lo = min(windows[i][1] for i in plain)
     hi = max(windows[i][2] for i in plain)
-    sql = (f"SELECT d.i, t._sid, t.{ts}, t._batch FROM (VALUES %s) "
+    sql = (f"SELECT d.i, t._sid, t.{ts}, t._batch{extra} FROM (VALUES %s) "
            f"AS d(i, lo, hi{''.join(f', k{n}' for n in range(len(keys)))}) "
            f"JOIN {quote(spec.name)} t ON {join} "
            f"WHERE t.{ts} >= {cur.mogrify('%s', (lo,)).decode()} AND t.{ts} < {cur.mogrify('%s', (hi,)).decode()} "
@@ -223,12 +228,13 @@ def _read_joined(cur, spec, keys: Sequence[str], windows, plain: list[int]) -> l
                           page_size=max(len(plain), 1))
 
 
-def _read_with_nulls(cur, spec, keys: Sequence[str], vals: tuple, lo: datetime, hi: datetime) -> list[tuple]:
-    """``(_sid, ts, _batch)`` of one window whose key values hold a None (matching NULL)."""
+def _read_with_nulls(cur, spec, keys: Sequence[str], vals: tuple, lo: datetime, hi: datetime,
+                     extra: str = "") -> list[tuple]:
+    """``(_sid, ts, _batch, extra...)`` of one window whose key values hold a None (matching NULL)."""
     ts = quote(spec.ts_col)
     conds = " AND ".join(f"{quote(k)} IS NULL" if v is None else f"{quote(k)} = %s"
                          for k, v in zip(keys, vals, strict=True))
-    cur.execute(f"SELECT _sid, {ts}, _batch FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s "
+    cur.execute(f"SELECT _sid, {ts}, _batch{extra} FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s "
                 f"AND {conds} ORDER BY _batch", (lo, hi, *[v for v in vals if v is not None]))
     return [tuple(r) for r in cur.fetchall()]
 

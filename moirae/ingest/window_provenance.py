@@ -12,6 +12,12 @@ Nothing is dropped silently: a window that cannot be matched gets every candidat
 archive holds (a superset when Spark dropped tuples the digest could not single out,
 a subset when the archive never caught up), is logged with its key and bounds, and is
 counted in :attr:`ArchiveResolver.stats` (shown by ``/api/status``'s live section).
+
+A digest window's polynomial needs its tuples' values (:meth:`ArchiveResolver.values`,
+ananke.poly_spark). The columns its last call asked for are read with the windows' rows
+in the next resolve, and kept until the one after, so a batch's values come from the
+read that resolved its digests, not from a second read of the archive; ids the kept
+rows lack (a batch resolved before the columns were known, or rerun later) are read.
 """
 
 from __future__ import annotations
@@ -60,6 +66,10 @@ class ArchiveResolver:
         self._logged = -1e9  # monotonic time of the last unmatched-window line
         self._quiet = 0  # unmatched windows counted since then
         self._misses = 0  # unmatched windows since the last matched one
+        #: the columns :meth:`values` was last asked for, read with the windows' rows
+        self._value_columns: tuple[str, ...] = ()
+        #: the last resolve's rows' values of ``_value_columns``, by source id
+        self._kept: tuple[tuple[str, ...], dict[int, tuple]] = ((), {})
 
     def timeout(self) -> float:
         """How long to wait for the archive: as for context-queries (moirae.deploy.manager)."""
@@ -81,6 +91,7 @@ class ArchiveResolver:
         deadline = t0 + timeout if self._misses < MISSES_BEFORE_NO_REREAD else 0.0
         out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
         pending, delay, reread = [], 0.05, 0
+        columns, kept = self._value_columns, {}
         for i, d in enumerate(digests):
             why = unarchivable(d.keys)
             if why is not None:  # its tuples are dead letters: nothing to read or wait for
@@ -93,7 +104,11 @@ class ArchiveResolver:
             self.summaries.now(min(windows[i][1] for i in pending), max(windows[i][2] for i in pending))
         while pending:
             rows = window_rows(self.archiver, spec.stream, spec.keys, [windows[i] for i in pending],
-                               summarize=False)
+                               summarize=False, columns=columns)
+            if columns:
+                for cands in rows:
+                    kept.update((r[0], r[3:]) for r in cands)
+                rows = [[r[:3] for r in cands] for cands in rows]
             short = []
             for i, cands in zip(pending, rows, strict=True):
                 d = digests[i]
@@ -113,6 +128,7 @@ class ArchiveResolver:
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)
             pending = short
+        self._kept = (columns, kept)
         with self._lock:
             self.stats["windows"] += len(digests)
             self.stats["reread"] += reread
@@ -142,16 +158,33 @@ class ArchiveResolver:
     def values(self, stream: str, columns, ids, lo: datetime, hi: datetime) -> dict[int, tuple]:
         """The archived values of ``columns`` of the source tuples ``ids`` of ``stream``
         with event time in ``[lo, hi)``, by id: a digest window's per-tuple values for
-        its polynomial (ananke.poly_spark), read with the ids the digest resolved to."""
+        its polynomial (ananke.poly_spark), read with the ids the digest resolved to: those
+        the last resolve's read kept (module doc), the rest from the archive."""
         if not ids:
             return {}
+        columns = tuple(columns)
+        self._value_columns = columns if stream == self.spec.stream else self._value_columns
+        held, kept = self._kept
+        out: dict[int, tuple] = {}
+        if held == columns and stream == self.spec.stream:
+            rest = []
+            for i in ids:
+                v = kept.get(i)
+                if v is None:
+                    rest.append(i)
+                else:
+                    out[i] = v
+            if not rest:
+                return out
+            ids = rest
         spec = self.archiver.stream(stream)
         ts = quote(spec.ts_col)
         cols = ", ".join(quote(c) for c in columns)
         with self.archiver.db.connection() as conn, conn.cursor() as cur:
             cur.execute(f"SELECT _sid, {cols} FROM {quote(spec.name)} WHERE {ts} >= %s AND {ts} < %s "
                         "AND _sid = ANY(%s::bigint[])", (lo, hi, list(ids)))
-            return {r[0]: tuple(r[1:]) for r in cur.fetchall()}
+            out.update((r[0], tuple(r[1:])) for r in cur.fetchall())
+        return out
 
     def start(self) -> None:
         """Start keeping the stream's BRIN summaries up (idempotent; a batch's digests

@@ -87,3 +87,32 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     assert r.summaries._thread is not None and r.summaries._thread.is_alive()
     r.stop()
     assert r.summaries._thread is None
+
+
+def test_values_come_from_the_resolving_read(engine, monkeypatch):
+    """A digest window's values (for its polynomial) come from the read that resolved the
+    batch once the resolver knows the columns: no second read of the archive, and ids it
+    did not read (another window's) still come from the archive, with the same values."""
+    _append(engine, 0, [(s, s % 2, float(10 * s)) for s in range(8)])
+    r = ArchiveResolver(engine.archiver, SPEC, engine.sources.waits, engine.settings.spark.trigger.total_seconds())
+    ids0, ids1 = _ids(engine, 0), _ids(engine, 1)
+    span = (T0, T0 + timedelta(seconds=10))
+    with engine.db.connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT _sid, bw FROM metrics")
+        truth = {i: (bw,) for i, bw in cur.fetchall()}
+    r(SPEC, [_digest(0, ids0)])
+    assert r.values("metrics", ["bw"], ids0, *span) == {i: truth[i] for i in ids0}  # the columns are learnt
+    r(SPEC, [_digest(0, ids0)])  # this resolve reads bw along
+    reads = []
+    real = engine.archiver.db.connection
+
+    def counted(*a, **k):
+        reads.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine.archiver.db, "connection", counted)
+    assert r.values("metrics", ["bw"], ids0, *span) == {i: truth[i] for i in ids0}
+    assert reads == []
+    assert r.values("metrics", ["bw"], ids0 + ids1, *span) == {i: truth[i] for i in ids0 + ids1}
+    assert len(reads) == 1  # only sid 1's ids were read
+    assert r.values("metrics", ["sid"], ids0, *span) == {i: (0,) for i in ids0}  # other columns: read
