@@ -17,7 +17,12 @@ a fresh schema (dropped afterwards) with a temporary data directory.
    sources, no event-query), ``provenance`` (archiving + the overload event-query with
    Ananke provenance, no recall: the configuration the throughput target names) and ``full`` (archiving + Ananke provenance + the paper's
    queries with Recall and Similarity Recall); with ``--own`` also ``full_own`` (the full
-   engine with every source archived by a query of its own, against the shared read).
+   engine with every source archived by a query of its own, against the shared read);
+   with ``--polynomials`` also ``full_nopoly`` (the full engine with
+   ``ananke.polynomials: false``): full / full_nopoly in each round is the live-path
+   overhead of how-provenance polynomials through the whole engine (H 4; target >= 0.9x
+   in every round; ``bench/provenance/poly_overhead.py`` measures the event-query path
+   alone).
    Rows/s = source rows / wall seconds from
    start until every query has committed the ``until`` offset. After a discarded hour of
    plain Spark and one discarded run of each engine configuration (so no measured run
@@ -30,7 +35,7 @@ a fresh schema (dropped afterwards) with a temporary data directory.
    present tier's in-memory rows/bytes and open recall tasks; growth is last vs. the
    first sample after warm-up (a third of the run). Target <= 10 %.
 
-Run: ``python -m bench engine_e2e [--quick] [--soak MINUTES] [--own]``.
+Run: ``python -m bench engine_e2e [--quick] [--soak MINUTES] [--own] [--polynomials]``.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ MEASURES = (  # the code this benchmark measures (bench.harness.staleness)
 )
 
 STOP_GRACE_S = SparkSettings().stop_grace.total_seconds()  # plain Spark's queries stop as the engine's do
-EVENT_CONFIGS = ("provenance", "full", "full_own")  # the throughput configs that run the event-query
+EVENT_CONFIGS = ("provenance", "full", "full_own", "full_nopoly")  # the throughput configs that run the event-query
 OPEN_STATES = {"runnable", "running", "suspended", "ending"}
 WORDS = {True: "met", False: "missed", None: "unresolved"}
 
@@ -376,7 +381,7 @@ def finished_at(progresses: list[dict], until_ns: int, name: str = "query") -> f
 
 
 def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: str, rounds: int = 4,
-               own: bool = False) -> dict:
+               own: bool = False, polynomials: bool = False) -> dict:
     from ananke.query import ProvQuery
     from moirae.runtime.spark import spark_session
     from moirae.scenarios.cluster import load_history, register_sources
@@ -438,11 +443,13 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         # full_own: the full engine with every source archived by a query of its own (the
         # metrics source read twice), against full's shared read (archive.shared)
         own = {"archive": {"shared_read": False}} if config == "full_own" else {}
-        engine = b.engine(config, **overrides, **own)
+        if config == "full_nopoly":  # the full engine without how-provenance polynomials
+            own = {"ananke": {**overrides.get("ananke", {}), "polynomials": False}}
+        engine = b.engine(config, **{k: v for k, v in overrides.items() if k not in own}, **own)
         register_sources(engine, path, {"speedup": "max", "until": until, "maxSpanSeconds": str(span_s)})
         if config == "provenance":  # the target's configuration: archiving + the event-query with provenance
             engine.event_query("overload", overload_query(cfg.metrics.bw_threshold_mbps), inputs=["metrics"])
-        if config in ("full", "full_own"):
+        if config in ("full", "full_own", "full_nopoly"):
             from moirae.materialize.replica import rematerialize
 
             load_history(engine.archiver, scenario, progress=False)
@@ -497,7 +504,8 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         b.drop_schemas()  # each run on an archive of its own; none left to slow the next
         return run
 
-    runs: dict[str, list[dict]] = {c: [] for c in ("plain", "archive", "provenance", "full", *(("full_own",) if own else ()))}
+    runs: dict[str, list[dict]] = {c: [] for c in ("plain", "archive", "provenance", "full", *(("full_own",) if own else ()),
+                                                   *(("full_nopoly",) if polynomials else ()))}
     for config in list(runs)[1:]:  # each engine configuration once, discarded: the JIT compiles its own paths
         print(f"throughput warm-up {config}: {one_run(config)['seconds']:.1f}s", flush=True)
     # interleaved, so a slow spell of the shared machine hits every config alike, and in
@@ -558,7 +566,11 @@ def summarize_rounds(runs: dict[str, list[dict]]) -> dict:
             **({"shared_over_own": round(configs["full"]["rows_per_s"] / configs["full_own"]["rows_per_s"], 3),
                 "shared_over_own_by_round": [round(f["rows_per_s"] / o["rows_per_s"], 3)
                                              for f, o in zip(runs["full"], runs["full_own"], strict=True)]}
-               if runs.get("full_own") else {})}
+               if runs.get("full_own") else {}),
+            **({"poly_on_over_off": round(configs["full"]["rows_per_s"] / configs["full_nopoly"]["rows_per_s"], 3),
+                "poly_on_over_off_by_round": [round(f["rows_per_s"] / o["rows_per_s"], 3)
+                                              for f, o in zip(runs["full"], runs["full_nopoly"], strict=True)]}
+               if runs.get("full_nopoly") else {})}
 
 
 # -- report -----------------------------------------------------------------------------
@@ -714,14 +726,16 @@ def prov_target_line(tp: dict) -> str:
             "on the same cores; it is held to the same 0.70 x.\n")
 
 
-def own_row(tp: dict) -> str:
-    """The table row of the full engine with every source archived by its own query."""
-    o = tp["configs"].get("full_own")
-    if o is None:
-        return ""
+VARIANT_ROWS = {"full_own": "full engine, each source archived by its own query (`archive.shared_read: false`)",
+                "full_nopoly": "full engine without polynomials (`ananke.polynomials: false`)"}
+
+
+def variant_rows(tp: dict) -> str:
+    """The table rows of the full engine's variants that ran (:data:`VARIANT_ROWS`)."""
     p = tp["configs"]["plain"]
-    return (f"| full engine, each source archived by its own query (`archive.shared_read: false`) | {o['rows']} | "
-            f"{o['seconds']} | {o['rows_per_s']:,.0f} | {o['rows_per_s'] / p['rows_per_s']:.2f} |\n")
+    return "".join(f"| {label} | {o['rows']} | {o['seconds']} | {o['rows_per_s']:,.0f} | "
+                   f"{o['rows_per_s'] / p['rows_per_s']:.2f} |\n"
+                   for c, label in VARIANT_ROWS.items() if (o := tp["configs"].get(c)) is not None)
 
 
 def rounds_line(tp: dict) -> str:
@@ -773,7 +787,7 @@ Throughput ({tp['live_hours']:g} h of live scenario, all four streams, `speedup=
 | plain Spark (event-query, noop sink) | {c['plain']['rows']} | {c['plain']['seconds']} | {c['plain']['rows_per_s']:,.0f} | 1.00 |
 | + archiving | {c['archive']['rows']} | {c['archive']['seconds']} | {c['archive']['rows_per_s']:,.0f} | {tp['archive_over_plain']:.2f} |
 {prov_row(tp)}| full engine (archive + provenance + recall) | {c['full']['rows']} | {c['full']['seconds']} | {c['full']['rows_per_s']:,.0f} | {tp['full_over_plain']:.2f} |
-{own_row(tp)}
+{variant_rows(tp)}
 {prov_target_line(tp)}Target full >= 0.70 x plain: **{WORDS[throughput_verdict(tp, 'full')]}** (by round: {', '.join(f'{x:.2f}' for x in _by_round(tp, 'full'))}). Generating the same rows
 in pandas alone takes {tp['pandas_generation_s']} s (the source regenerates them in Spark's Python workers).
 Where time goes (Spark progress, ms summed over the queries: sink `addBatch` / source `latestOffset`+`getBatch`):
@@ -801,6 +815,9 @@ def main(argv=None) -> int:
     ap.add_argument("--own", action="store_true",
                     help="also run the full engine with every source archived by a query of its own "
                          "(archive.shared_read: false), against the shared read")
+    ap.add_argument("--polynomials", action="store_true",
+                    help="also run the full engine without how-provenance polynomials (ananke.polynomials: "
+                         "false), against full: their live-path overhead (with the five configs, give 10 rounds)")
     ap.add_argument("--latency-only", action="store_true",
                     help="run only the live run (latency, memory) and print it; nothing is published")
     ap.add_argument("--trigger", type=float, default=None,
@@ -821,7 +838,7 @@ def main(argv=None) -> int:
             path = scenario_file(tmp, days=1 if quick else 3, servers=4 if quick else 8, speedup=300)
             tp = None if args.latency_only else throughput(b, path, live_hours, span_s=3600 if quick else 3 * 3600,
                                                            trigger="100ms", rounds=args.rounds or (1 if quick else 4),
-                                                           own=args.own)
+                                                           own=args.own, polynomials=args.polynomials)
             live = retry(lambda: live_run(b, path, minutes, sample_s=2.0 if quick else 5.0,
                                                    trigger_s=args.trigger), "live run")
         finally:
@@ -879,6 +896,13 @@ def targets(data: dict) -> list[dict]:
                       f"{', '.join(f'{x:.2f}' for x in tp['shared_over_own_by_round'])})", None,
                       "the same run, interleaved; on this shared machine a round's ratios move by 0.1-0.2")]
               if "shared_over_own" in tp else []),
+            *([target("live throughput, full engine with how-provenance polynomials vs without "
+                      "(ananke.polynomials), scenario's Python source", ">= 0.9x",
+                      f"{tp['poly_on_over_off']:.2f}x (by round: "
+                      f"{', '.join(f'{x:.2f}' for x in tp['poly_on_over_off_by_round'])})",
+                      verdict(tp["poly_on_over_off_by_round"], 0.9),
+                      spread_note(tp["poly_on_over_off_by_round"], 0.9))]
+              if "poly_on_over_off" in tp else []),
             target(f"memory soak, driver RSS (Python + JVM) growth after warm-up ({live['minutes']:g} min)",
                    "<= 10 % over 10 min", f"{growth:+.1f} % (median {first:,.0f} -> {last:,.0f} MB, halves after warm-up; Python "
                    f"{mem['driver_rss_mb']['growth_pct']:+.1f} %, JVM {mem['jvm_rss_mb']['growth_pct']:+.1f} %)",
