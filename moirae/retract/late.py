@@ -262,34 +262,45 @@ class LateFollower:
         found = self._memo[memo]
         if not found:
             return None
+        self._look_up_keys(cur, stream, name, plan, found)
         tees, keys, ids = [], [], []
         for sink_id, t, poly in found:
             tees.append(t)
-            keys.append(self._key_of(cur, stream, name, plan, sink_id, t, poly))
+            keys.append(self._keys.get((name, sink_id)))
             ids.extend(poly.ids.tolist())
         return tees, keys, ids
 
-    def _key_of(self, cur, stream: str, name: str, plan: PolyPlan, sink_id: int, t: datetime, poly) -> str | None:
-        """An alert's key values as ``ROW(..)::text``, from the archived row of its
-        polynomial's first id (looked up once per alert); None when not found."""
-        if (name, sink_id) in self._keys:
-            return self._keys[(name, sink_id)]
-        got = None
-        if plan.keys and len(poly.ids):
-            spec = self.archiver.stream(stream)
-            hi = t + timedelta(microseconds=1)
-            kt = "ROW(" + ", ".join(quote(k) for k in plan.keys) + ")::text"
-            cur.execute(f"SELECT {kt} FROM {quote(stream)} WHERE {quote(spec.ts_col)} >= %s AND "
-                        f"{quote(spec.ts_col)} < %s AND _sid = %s LIMIT 1",
-                        (hi - timedelta(microseconds=plan.size_us), hi, int(poly.ids[0])))
-            one = cur.fetchone()
-            got = one[0] if one is not None else None
-        elif not plan.keys:
-            got = ""
-        if len(self._keys) > 100_000:
+    def _look_up_keys(self, cur, stream: str, name: str, plan: PolyPlan, found) -> None:
+        """Record the key values (``ROW(..)::text``; None when not found: any key) of each
+        alert of ``found`` not looked up yet, from the archived row of its polynomial's
+        first id, all in one read (an alert is looked up once)."""
+        todo = [(sink_id, t, poly) for sink_id, t, poly in found if (name, sink_id) not in self._keys]
+        if not todo:
+            return
+        if len(self._keys) + len(todo) > 100_000:
             self._keys.clear()
-        self._keys[(name, sink_id)] = got
-        return got
+        if not plan.keys:
+            self._keys.update(((name, s), "") for s, _, _ in todo)
+            return
+        self._keys.update(((name, s), None) for s, _, _ in todo)
+        asked = [(s, t, int(p.ids[0])) for s, t, p in todo if len(p.ids)]
+        if not asked:
+            return
+        spec = self.archiver.stream(stream)
+        ts = quote(spec.ts_col)
+        size = timedelta(microseconds=plan.size_us)
+        kt = "ROW(" + ", ".join(f"r.{quote(k)}" for k in plan.keys) + ")::text"
+        # each alert's first id, looked up in its window's time range (the partitions' time
+        # bounds prune; the index on the time finds the rows)
+        cur.execute(f"SELECT a.s, {kt} FROM unnest(%s::bigint[], %s::bigint[], %s::timestamptz[]) a(s, id, hi) "
+                    f"JOIN {quote(stream)} r ON r._sid = a.id AND r.{ts} >= a.hi - %s AND r.{ts} < a.hi "
+                    f"AND r.{ts} >= %s AND r.{ts} < %s",
+                    ([s for s, _, _ in asked], [i for _, _, i in asked],
+                     [t + timedelta(microseconds=1) for _, t, _ in asked], size,
+                     min(t for _, t, _ in asked) + timedelta(microseconds=1) - size,
+                     max(t for _, t, _ in asked) + timedelta(microseconds=1)))
+        for s, key in cur.fetchall():
+            self._keys[(name, int(s))] = key
 
     def _advance(self, n: int) -> None:
         """Move each chunk's cursor to the latest block count it may pass (see the class)."""

@@ -144,3 +144,28 @@ def test_closed_below_gives_the_rows_whose_earliest_window_ended():
                 assert (ts < bound) == (first_end <= wm), (slide, wm, ts)
     assert closed_below(_plan(), T0 + timedelta(minutes=7)) == T0 + timedelta(minutes=5)
     assert closed_below(_plan(60_000_000), T0 + timedelta(minutes=7, seconds=30)) == T0 + timedelta(minutes=7)
+
+
+def test_the_band_reads_only_the_alerting_keys_rows(pg, monkeypatch):
+    """Every host of a window alerted but one: the rows of that window that reach Python
+    are the late rows of alerting hosts, not the silent host's on-time ones, and every
+    alert's key is found (looked up in one read for the band)."""
+    plan = _plan()
+    arch, store, follower, wm, handed = _setup(pg, monkeypatch, plan)
+    follower.sweep()
+    arch.append("metrics", 0, _on_time(0))
+    follower.sweep()
+    lo, hi = _window(0)
+    alerting = [h for h in HOSTS if h != "h19"]
+    store.put("overload", [(100 + n, hi - timedelta(microseconds=1),
+                            Poly(np.array(_ids(arch, h, lo, hi), dtype=np.int64), np.full((50, 1), 73.0)))
+                           for n, h in enumerate(alerting)])
+    # before the follower sees the window closed: h19's rows (no alert) and h04's late row
+    arch.append("metrics", 1, pd.DataFrame({"ts": [lo + timedelta(seconds=s) for s in (3, 4, 5)],
+                                            "host": ["h19", "h19", "h04"], "bw": [5.0, 6.0, 7.0]}))
+    wm[0] = hi
+    handed.clear()
+    assert follower.sweep() == {"overload": 1}
+    assert sum(handed) == 1  # h04's late row; not h19's (no alert), nor the alerts' own rows
+    assert len({k for (q, _), k in follower._keys.items() if q == "overload" and k is not None}) == len(alerting)
+    arch.close()
