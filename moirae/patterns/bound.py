@@ -14,7 +14,7 @@ row's position in its key's stream. :class:`RowStore` gives a row's column value
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -26,20 +26,35 @@ Bindings = tuple[tuple[int, int], ...]
 
 
 class RowStore:
-    """Columns of a key's consecutive rows, the first having position ``base``."""
+    """Columns of a key's consecutive rows, the first having position ``base``.
+    ``derived``: columns not held but read off another, ``name -> (column, convert)``
+    (each value is ``convert`` of that column's value at the same row).
 
-    def __init__(self, cols: Mapping[str, np.ndarray], base: int):
+    >>> s = RowStore({"t": np.array([5, 6])}, 0, {"ts": ("t", lambda v: int(v) * 10)})
+    >>> s.value("ts", 1), s.row(0, ["ts"])["ts"].tolist()
+    (60, [50])
+    """
+
+    def __init__(self, cols: Mapping[str, np.ndarray], base: int,
+                 derived: Mapping[str, tuple[str, Callable]] | None = None):
         self.cols, self.base = cols, base
+        self.derived = derived or {}
 
     def value(self, col: str, seq: int):
         i = seq - self.base
-        a = self.cols[col]
+        d = self.derived.get(col)
+        a = self.cols[col if d is None else d[0]]
         if 0 <= i < len(a):
-            return scalar(a[i])
+            return scalar(a[i] if d is None else d[1](a[i]))
         return None
 
     def row(self, seq: int, names: Sequence[str]) -> dict[str, np.ndarray]:
-        return {c: np.asarray([self.cols[c][seq - self.base]]) for c in names}
+        i = seq - self.base
+        out = {}
+        for c in names:
+            d = self.derived.get(c)
+            out[c] = np.asarray([self.cols[c][i]]) if d is None else np.array([d[1](self.cols[d[0]][i])], dtype=object)
+        return out
 
 
 def scalar(v):

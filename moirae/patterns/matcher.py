@@ -152,7 +152,10 @@ class Matcher:
                        memo: dict | None = None) -> tuple[list[Match], KeyState | None]:
         """:meth:`advance` over one key's rows given as arrays: ``ts`` (int64 ns, of ``kind``,
         see :func:`moirae.patterns.match.ts_ns`), row ids, and each column the pattern
-        reads as :func:`moirae.patterns.evaluate.column_array` makes it. ``memo``: the
+        reads as :func:`moirae.patterns.evaluate.column_array` makes it, but the event-time
+        column (a timestamp), which may be left out when no DEFINE reads it: MEASURES
+        then read it off ``ts``, as the same Timestamps, for the few rows they read
+        (:meth:`store`); a key's calls leave it out all or none. ``memo``: the
         row-local sub-expressions' values over these same rows, shared with other patterns
         fed the same arrays (:class:`moirae.patterns.evaluate.Env`); it is only read and
         added to."""
@@ -275,9 +278,18 @@ class Matcher:
             masks |= ok.astype(np.int64) << idx
         return masks
 
+    def store(self, st: KeyState) -> RowStore:
+        """The rows the state holds, the event-time column read off their times when it
+        was left out (see :meth:`advance_arrays`)."""
+        t, kind = self.cp.order_by, st.ts_kind
+        derived = None
+        if st.buf and t not in st.buf and t in self.cp.columns_used and kind.startswith("dt:"):
+            derived = {t: (_TS, lambda v: ts_value(int(v), kind))}
+        return RowStore(st.buf, st.base, derived)
+
     def _which_row(self, st: KeyState, cols, n: int, rid, idx: int, err: Exception) -> PredicateEvaluationError:
         cp = self.cp
-        names = cp.columns_used
+        names = [c for c in cp.columns_used if c in cols and (not st.buf or c in st.buf)]
         merged = {c: np.concatenate([st.buf[c], cols[c]]) if st.buf else cols[c] for c in names}
         store = RowStore(merged, st.base if st.buf else st.next_seq)
         for i in range(n):
@@ -294,6 +306,8 @@ class Matcher:
             st.buf = {c: np.asarray(a) for c, a in new.items()}
             st.base = st.next_seq
         else:
+            if self.cp.order_by in new and self.cp.order_by not in st.buf:
+                del new[self.cp.order_by]  # the state reads it off the times (:meth:`store`)
             st.buf = {c: np.concatenate([st.buf[c], np.asarray(a)]) for c, a in new.items()}
         st.next_seq += len(ts)
         st.last_ts = int(ts[-1])
@@ -309,7 +323,7 @@ class Matcher:
             can[:] = True
         cand = np.flatnonzero(can).tolist()
         runs = st.runs
-        store = RowStore(st.buf, st.base)
+        store = self.store(st)
         rid = st.buf[_RID]
         out: list[tuple] = []  # raw matches, made into Match objects by _close
         ml, tl, cl = masks.tolist(), ts.tolist(), can.tolist()
@@ -386,7 +400,7 @@ class Matcher:
             st.match_number += 1
             ms: dict[str, object] = {}
             if cp.statement.measures:
-                store = store or RowStore(st.buf, st.base)
+                store = store or self.store(st)
                 ms = measures(cp.statement.measures, store, first, last, self._measure_cols, bound, cp.symbols,
                               st.match_number, cp.name)
             out.append((st.match_number, first, last, bound, ms))

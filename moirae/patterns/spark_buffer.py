@@ -4,13 +4,15 @@ What :mod:`moirae.patterns.spark_processor` saves per key, between micro-batches
 value of Spark's state store (:class:`KeyBuffer`):
 
 - ``pending``: the rows that arrived but that the watermark has not passed yet, as one
-  numpy array per input column (event time as int64 nanoseconds, UTC);
+  numpy array per column the patterns read (event time as int64 nanoseconds, UTC, and
+  the row id; the key's own columns are ``key``);
 - ``matchers``: each pattern's matcher state (:class:`moirae.patterns.KeyState`, None
   for a pattern idle on the key), in the order of the operator's patterns (one operator
   may run several patterns over the same keys, :mod:`moirae.patterns.spark_set`);
 - ``prov``: the provenance of the rows a future match may still bind (:class:`ProvTable`:
   per row, its id, event time, and the ids and times of the source tuples it came from,
-  as flat arrays with offsets);
+  as flat arrays with offsets; a row that is its own source tuple, the case of a source
+  read directly, costs its id and time only);
 - ``fed_ns``: the watermark up to which rows were fed; ``timer``: the one event-time timer
   registered for the key (ms), so a step that keeps it touches no timer.
 
@@ -30,7 +32,10 @@ import pandas as pd
 from moirae.patterns.errors import PatternStateError
 from moirae.patterns.state import STATE_VERSION, KeyState
 
-BUFFER_VERSION = 3
+BUFFER_VERSION = 4
+#: versions still read: a version-3 buffer is one whose :class:`ProvTable` uses no shorthand
+#: and whose ``pending`` also holds the key's columns (ignored)
+_READS = (3, 4)
 _NAT = np.iinfo(np.int64).min
 
 
@@ -40,8 +45,12 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     return off
 
 
-def _take(flat: np.ndarray, off: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows ``keep`` (a boolean mask) of a flat array with offsets."""
+def _take(flat: np.ndarray | None, off: np.ndarray | None,
+          keep: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The rows ``keep`` (a boolean mask) of a flat array with offsets (None: the
+    :class:`ProvTable` shorthands, kept)."""
+    if flat is None or off is None:
+        return (None if flat is None else flat[keep]), None
     lengths = np.diff(off)
     return flat[np.repeat(keep, lengths)], _offsets(lengths[keep])
 
@@ -65,14 +74,22 @@ def _times_ns(col, own: np.ndarray) -> np.ndarray:
 @dataclass
 class ProvTable:
     """Row id -> (event time ns, source ids, source times ns), as arrays (see the module
-    docstring); a row id given twice reads as its last entry."""
+    docstring); a row id given twice reads as its last entry. Compact where the input
+    allows: ``ids`` None when each row's one source id is its row id, ``pts`` None when
+    each row's one source time is its event time, an offsets array None when every row
+    has exactly one entry.
+
+    >>> t = ProvTable.of_single(np.array([7, 8]), np.array([10, 20]), np.array([7, 8]), np.array([0, 0]))
+    >>> t.ids is None, t.ids_off is None, t.pts.tolist(), t.lookup([8])
+    (True, True, [0, 0], {8: ([8], [0])})
+    """
 
     rid: np.ndarray
     t: np.ndarray
-    ids: np.ndarray
-    ids_off: np.ndarray
-    pts: np.ndarray
-    pts_off: np.ndarray
+    ids: np.ndarray | None
+    ids_off: np.ndarray | None
+    pts: np.ndarray | None
+    pts_off: np.ndarray | None
 
     @classmethod
     def of(cls, rid: np.ndarray, t: np.ndarray, ids_col, ts_col) -> ProvTable:
@@ -82,20 +99,57 @@ class ProvTable:
         ids_len = np.fromiter((len(x) for x in ids_col), np.int64, n)
         ts_len = np.fromiter((len(x) for x in ts_col), np.int64, n)
         ids = np.fromiter(chain.from_iterable(ids_col), np.int64, int(ids_len.sum()))
-        pts = _times_ns(ts_col, np.repeat(np.asarray(t, dtype=np.int64), ts_len))
-        return cls(np.asarray(rid), np.asarray(t, dtype=np.int64), ids, _offsets(ids_len), pts, _offsets(ts_len))
+        t = np.asarray(t, dtype=np.int64)
+        pts = _times_ns(ts_col, np.repeat(t, ts_len))
+        ids_off = None if (ids_len == 1).all() else _offsets(ids_len)
+        pts_off = None if (ts_len == 1).all() else _offsets(ts_len)
+        return cls._compact(np.asarray(rid), t, ids, ids_off, pts, pts_off)
+
+    @classmethod
+    def of_single(cls, rid: np.ndarray, t: np.ndarray, ids: np.ndarray | None, tus: np.ndarray | None) -> ProvTable:
+        """Rows that each come from one source tuple: its id (``ids``) and time in
+        microseconds (``tus``; a missing time reads as the row's own event time). None:
+        the row itself (its row id, its event time)."""
+        t = np.asarray(t, dtype=np.int64)
+        pts = None
+        if tus is not None:
+            tus = np.asarray(tus)
+            if tus.dtype.kind in "iu":
+                pts = tus.astype(np.int64) * 1000
+            else:  # NULLs: float with NaN, or objects with None
+                f = np.asarray(tus, dtype=np.float64)
+                nan = np.isnan(f)
+                pts = np.where(nan, t, np.round(np.where(nan, 0.0, f)).astype(np.int64) * 1000)
+        return cls._compact(np.asarray(rid), t, None if ids is None else np.asarray(ids, dtype=np.int64), None,
+                            pts, None)
+
+    @classmethod
+    def _compact(cls, rid, t, ids, ids_off, pts, pts_off) -> ProvTable:
+        if ids is not None and ids_off is None and rid.dtype.kind in "iu" and np.array_equal(ids, rid):
+            ids = None
+        if pts is not None and pts_off is None and np.array_equal(pts, t):
+            pts = None
+        return cls(rid, t, ids, ids_off, pts, pts_off)
 
     def __len__(self) -> int:
         return len(self.rid)
 
+    def _ids(self) -> np.ndarray:
+        return self.rid.astype(np.int64) if self.ids is None else self.ids
+
+    def _pts(self) -> np.ndarray:
+        return self.t if self.pts is None else self.pts
+
     def extend(self, other: ProvTable) -> ProvTable:
         if not len(self):
             return other
+        if not len(other):
+            return self
+        ids = None if self.ids is None and other.ids is None else np.concatenate([self._ids(), other._ids()])
+        pts = None if self.pts is None and other.pts is None else np.concatenate([self._pts(), other._pts()])
         return ProvTable(np.concatenate([self.rid, other.rid]), np.concatenate([self.t, other.t]),
-                         np.concatenate([self.ids, other.ids]),
-                         np.concatenate([self.ids_off, self.ids_off[-1] + other.ids_off[1:]]),
-                         np.concatenate([self.pts, other.pts]),
-                         np.concatenate([self.pts_off, self.pts_off[-1] + other.pts_off[1:]]))
+                         ids, _join(self.ids_off, len(self), other.ids_off, len(other)),
+                         pts, _join(self.pts_off, len(self), other.pts_off, len(other)))
 
     def since(self, floor: int) -> ProvTable | None:
         """The rows of event time at least ``floor`` (None when none is left)."""
@@ -108,11 +162,33 @@ class ProvTable:
         pts, pts_off = _take(self.pts, self.pts_off, keep)
         return ProvTable(self.rid[keep], self.t[keep], ids, ids_off, pts, pts_off)
 
-    def lookup(self) -> dict:
-        """Row id -> (source ids, source times ns), as plain lists."""
-        ids, pts = self.ids.tolist(), self.pts.tolist()
-        io, po = self.ids_off.tolist(), self.pts_off.tolist()
-        return {r: (ids[io[i]:io[i + 1]], pts[po[i]:po[i + 1]]) for i, r in enumerate(self.rid.tolist())}
+    def lookup(self, rids=None) -> dict:
+        """Row id -> (source ids, source times ns), as plain lists: of every row, or of
+        the rows whose ids are in ``rids``."""
+        if rids is None:
+            at = range(len(self))
+        elif self.rid.dtype.kind in "iu":
+            at = np.flatnonzero(np.isin(self.rid, np.fromiter(rids, np.int64))).tolist()
+        else:
+            want = set(rids)
+            at = [i for i, r in enumerate(self.rid.tolist()) if r in want]
+        rid = self.rid.tolist()
+        ids, pts = self._ids(), self._pts()
+        io, po = self.ids_off, self.pts_off
+        out = {}
+        for i in at:
+            out[rid[i]] = (ids[i:i + 1].tolist() if io is None else ids[io[i]:io[i + 1]].tolist(),
+                           pts[i:i + 1].tolist() if po is None else pts[po[i]:po[i + 1]].tolist())
+        return out
+
+
+def _join(a: np.ndarray | None, na: int, b: np.ndarray | None, nb: int) -> np.ndarray | None:
+    """The offsets of two tables' flat arrays put end to end (None: one entry a row)."""
+    if a is None and b is None:
+        return None
+    a = np.arange(na + 1, dtype=np.int64) if a is None else a
+    b = np.arange(nb + 1, dtype=np.int64) if b is None else b
+    return np.concatenate([a, a[-1] + b[1:]])
 
 
 @dataclass
@@ -138,7 +214,7 @@ class KeyBuffer:
             version, *rest = pickle.loads(data)  # noqa: S301 - our own checkpoint
         except Exception as e:  # noqa: BLE001
             raise PatternStateError(f"unreadable pattern buffer state: {e}") from None
-        if version != BUFFER_VERSION:
+        if version not in _READS:
             raise PatternStateError(f"pattern buffer state version {version}, expected {BUFFER_VERSION}")
         key, pending, st_version, sts, fed_ns, prov, timer = rest
         if st_version != STATE_VERSION:

@@ -19,7 +19,7 @@ import pandas as pd
 from moirae.patterns.compile import CompiledPattern
 from moirae.patterns.errors import PredicateEvaluationError
 from moirae.patterns.evaluate import column_array
-from moirae.patterns.expr import Special, walk
+from moirae.patterns.expr import Col, Prev, Ref, Special, walk
 from moirae.patterns.match import Match, plain_key, ts_ns
 from moirae.patterns.matcher import Matcher
 from moirae.patterns.spark_buffer import KeyBuffer, ProvTable
@@ -29,6 +29,11 @@ from moirae.patterns.state import KeyState
 
 #: the input's provenance arrays (the source tuples each row came from)
 IN_IDS, IN_TS = "moirae_pat_in_ids", "moirae_pat_in_ts"
+#: the same of a row that comes from one source tuple: its id, and its time in microseconds
+#: (two numbers on the wire, where the arrays cost a Python list each); a row of an
+#: uninstrumented input carries neither: it is its own source tuple (its row id and time)
+IN_ID, IN_TUS = "moirae_pat_in_id", "moirae_pat_in_tus"
+PROV_INPUT = (IN_IDS, IN_TS, IN_ID, IN_TUS)
 _NS_PER_MS = 1_000_000
 
 
@@ -60,6 +65,11 @@ class PatternCore:
                             for _, e in self.cp.statement.measures for n in walk(e))
         #: the event time's kind as the matcher reads it (UTC timestamps, see :meth:`normalize`)
         self.kind = ts_ns(self._times(np.zeros(1, dtype=np.int64)))[1]
+        t = self.cp.order_by
+        read = {n.name for e in self.cp.statement.defines.values() for n in walk(e) if isinstance(n, (Col, Prev, Ref))}
+        #: the columns the matcher is given: the event time only when a DEFINE reads it (a
+        #: MEASURE reads it off the rows' times, :meth:`moirae.patterns.Matcher.advance_arrays`)
+        self.fed = tuple(c for c in self.cp.columns_used if c != t or t in read)
 
     def normalize(self, frame: pd.DataFrame) -> pd.DataFrame:
         t = self.cp.order_by
@@ -87,7 +97,7 @@ class PatternCore:
                 out += got
             except PredicateEvaluationError as exc:
                 st = None if snap is None else KeyState.from_bytes(snap)
-                cols = [c for c in row.columns if c not in (IN_IDS, IN_TS)]
+                cols = [c for c in row.columns if c not in PROV_INPUT]
                 dead.append((row[cols].iloc[0].to_dict(), f"pattern {cp.name!r}: {exc}"))
         got, st = self.matcher.advance(st, None, watermark=wm)
         self._dead(dead)
@@ -102,8 +112,13 @@ class PatternCore:
             self.dead_seen.extend(dead)
 
     def rows(self, matches: list[Match], prov: dict) -> pd.DataFrame:
-        """The matches as output rows (eid, ts, keys, measures, provenance arrays);
-        ``prov``: row id -> (source ids, source times ns) (:meth:`ProvTable.lookup`)."""
+        """The matches as output rows (eid, ts, keys, measures, provenance arrays: the
+        source ids, and the source times in microseconds); ``prov``: row id -> (source
+        ids, source times ns) (:meth:`ProvTable.lookup`), at least of the bound rows."""
+        return pd.DataFrame(self.row_columns(matches, prov), copy=False)
+
+    def row_columns(self, matches: list[Match], prov: dict) -> dict:
+        """:meth:`rows` as a dict of columns."""
         cp = self.cp
         n = len(matches)
         ids_col, ts_col = np.empty(n, dtype=object), np.empty(n, dtype=object)
@@ -115,7 +130,7 @@ class PatternCore:
                 ids.extend(pids)
                 tss.extend(pts)
             ids_col[j] = [int(i) for i in ids]
-            ts_col[j] = [pd.Timestamp(int(t), tz="UTC") for t in tss]
+            ts_col[j] = [int(t) // 1000 for t in tss]
         last = np.fromiter((_utc(m.last_ts).value for m in matches), np.int64, n)
         out: dict = {self.eid: _objects([event_id(cp.name, m) for m in matches]),
                      self.ts: pd.DatetimeIndex(last.view("datetime64[ns]")).tz_localize("UTC")}
@@ -124,13 +139,15 @@ class PatternCore:
         for name in self.measures:
             out[name] = [_plain(m.measures.get(name)) for m in matches]
         out[PROV_IDS], out[PROV_TS] = ids_col, ts_col
-        return pd.DataFrame(out, copy=False)
+        return out
 
     # -- the live path's arrays ------------------------------------------------------------
 
-    def take(self, buf: KeyBuffer, frame: pd.DataFrame, key: tuple | None = None) -> None:
+    def take(self, buf: KeyBuffer, frame: pd.DataFrame, key: tuple | None = None,
+             columns: tuple[str, ...] | None = None) -> None:
         """Add a key's new rows to ``buf``: their provenance, and the rows to ``pending``
-        (one array per column, event time as int64 ns UTC); a row not later than what was
+        (event time as int64 ns UTC, the row id, and ``columns``, by default those the
+        pattern reads; the key's columns are ``buf.key``); a row not later than what was
         already fed is late beyond the watermark and is dropped (the archive keeps it)."""
         t = self.cp.order_by
         ts = _ns(frame[t])
@@ -139,14 +156,13 @@ class PatternCore:
         keep = None if buf.fed_ns is None else ts > buf.fed_ns
         if keep is not None and keep.all():
             keep = None
-        cols = _arrays(frame, t, ts)
-        ids_col, ts_col = cols.pop(IN_IDS), cols.pop(IN_TS)
+        if keep is not None and not keep.any():
+            return
+        wanted = {t, ROW_ID, *PROV_INPUT, *(self.cp.columns_used if columns is None else columns)}
+        cols = _arrays(frame, t, ts, wanted)
         if keep is not None:
-            if not keep.any():
-                return
             cols = {c: a[keep] for c, a in cols.items()}
-            ids_col, ts_col = ids_col[keep], ts_col[keep]
-        prov = ProvTable.of(cols[ROW_ID], cols[t], ids_col, ts_col)
+        prov = prov_table(cols, t)
         buf.prov = prov if buf.prov is None else buf.prov.extend(prov)
         p = buf.pending
         buf.pending = cols if p is None else {c: np.concatenate([p[c], a]) for c, a in cols.items()}
@@ -184,13 +200,16 @@ class PatternCore:
             return self.matcher.advance(st, None, watermark=wm)
         t = self.cp.order_by
         if cols is None:
-            cols = self.columns(ready, self.cp.columns_used)
-        cols = {c: cols[c] for c in self.cp.columns_used}
+            cols = self.columns(ready, self.fed)
+        cols = {c: cols[c] for c in self.fed}
         try:
             return self.matcher.advance_arrays(st, key, ready[t], self.kind, ready[ROW_ID], cols, watermark=wm,
                                                memo=memo)
         except PredicateEvaluationError:
-            frame = pd.DataFrame({c: (self._times(a) if c == t else a) for c, a in ready.items()})
+            n = len(ready[t])
+            frame = pd.DataFrame({**{c: _objects([v] * n) for c, v in zip(self.cp.partition_by, key, strict=False)
+                                     if c not in ready},
+                                  **{c: (self._times(a) if c == t else a) for c, a in ready.items()}})
             return self.feed(before(), frame, wm)
 
     def columns(self, ready: dict[str, np.ndarray], names) -> dict[str, np.ndarray]:
@@ -213,14 +232,25 @@ def _column(a: np.ndarray) -> np.ndarray:
     return column_array(pd.Series(a))
 
 
-def _arrays(frame: pd.DataFrame, t: str, ts: np.ndarray) -> dict[str, np.ndarray]:
-    """The frame's columns as numpy arrays (each as ``Series.to_numpy`` gives it, but
-    column ``t``: ``ts``), read without building a Series per column where pandas allows."""
+def _arrays(frame: pd.DataFrame, t: str, ts: np.ndarray, wanted) -> dict[str, np.ndarray]:
+    """The frame's columns in ``wanted`` as numpy arrays (each as ``Series.to_numpy``
+    gives it, but column ``t``: ``ts``), read without building a Series per column where
+    pandas allows."""
     it = getattr(frame, "_iter_column_arrays", None)
     if it is None or not frame.columns.is_unique:
-        return {c: (ts if c == t else frame[c].to_numpy()) for c in frame.columns}
+        return {c: (ts if c == t else frame[c].to_numpy()) for c in frame.columns if c in wanted}
     return {c: (ts if c == t else a if isinstance(a, np.ndarray) else frame[c].to_numpy())
-            for c, a in zip(frame.columns, it(), strict=True)}
+            for c, a in zip(frame.columns, it(), strict=True) if c in wanted}
+
+
+def prov_table(cols: dict[str, np.ndarray], t: str) -> ProvTable:
+    """The provenance of rows given as arrays (``t``: the event time as int64 ns), from
+    whichever provenance columns they carry (:data:`PROV_INPUT`, taken out of ``cols``)."""
+    ids_col, ts_col = cols.pop(IN_IDS, None), cols.pop(IN_TS, None)
+    one_id, one_t = cols.pop(IN_ID, None), cols.pop(IN_TUS, None)
+    if ids_col is not None and ts_col is not None:
+        return ProvTable.of(cols[ROW_ID], cols[t], ids_col, ts_col)
+    return ProvTable.of_single(cols[ROW_ID], cols[t], one_id, one_t)
 
 
 def _ns(s: pd.Series) -> np.ndarray:
@@ -265,4 +295,6 @@ def event_id(pattern: str, m: Match) -> str:
 def prov_of(frame: pd.DataFrame, ts_col: str) -> dict:
     """Row id -> (source ids, source times ns) of ``frame``'s rows."""
     ts = pd.DatetimeIndex(_utc_ns(frame[ts_col])).asi8
-    return ProvTable.of(frame[ROW_ID].to_numpy(), ts, frame[IN_IDS].to_numpy(), frame[IN_TS].to_numpy()).lookup()
+    cols = {c: frame[c].to_numpy() for c in (ROW_ID, *PROV_INPUT) if c in frame.columns}
+    cols[ts_col] = ts
+    return prov_table(cols, ts_col).lookup()

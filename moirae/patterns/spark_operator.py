@@ -8,8 +8,12 @@ and a compiled pattern and returns the instrumented stream of its matches:
   (``transformWithStateInPandas``, event-time mode) on a stream, or through the same
   code once per key (``applyInPandas``) on a static frame (materialization, M 4.2);
 - each row carries its row id (its source id, the tie-break of equal event times) and
-  the source tuples it came from; a match's provenance is the union over its bound rows
-  (the ``PROV`` column, an array, as after a window);
+  the source tuples it came from: two numbers when it comes from one (its id, unless the
+  row id is it, and its time in microseconds), two arrays when from several (after a
+  join or window), nothing when the input is not instrumented (the row is its own source
+  tuple), and only the columns the patterns read, so the Python workers convert little
+  per row; a match's provenance is the union over its bound rows (the ``PROV`` column,
+  an array, as after a window);
 - :func:`pattern_set_stream` runs several patterns with the same PARTITION BY and ORDER BY
   in one such operator (:mod:`moirae.patterns.spark_set`), each match tagged with its
   pattern; its lag and hold are the largest WITHIN, since the argument below holds for
@@ -59,7 +63,16 @@ from moirae.patterns.compile import CompiledPattern
 from moirae.patterns.errors import PatternError, PatternSyntaxError, UnboundedPattern
 from moirae.patterns.expr import Col, Prev, Ref, walk
 from moirae.patterns.spark_dead import DeadLetterWriter
-from moirae.patterns.spark_processor import IN_IDS, IN_TS, PatternCore, PatternSet, batch_matches, processor
+from moirae.patterns.spark_processor import (
+    IN_ID,
+    IN_IDS,
+    IN_TS,
+    IN_TUS,
+    PatternCore,
+    PatternSet,
+    batch_matches,
+    processor,
+)
 from moirae.patterns.spark_schema import (
     PROV_IDS,
     PROV_TS,
@@ -133,15 +146,18 @@ def _operator(inp: Provenanced, cps: tuple[CompiledPattern, ...], tag: str | Non
         rid = F.col(f"{PROV}.id")
     else:
         rid = F.xxhash64(*[F.col(c) for c in inp.columns])
-    if has_prov and inp.single:
-        ids, tss = F.array(F.col(f"{PROV}.id")), F.array(F.col(f"{PROV}.ts"))
+    if has_prov and inp.single and _prov_time(df.schema):
+        prov = [F.unix_micros(F.col(f"{PROV}.ts")).alias(IN_TUS)]
+        if stream is not None:  # else the row id is the source id already
+            prov.insert(0, F.col(f"{PROV}.id").alias(IN_ID))
     elif has_prov:
-        ids, tss = F.transform(PROV, lambda p: p["id"]), F.transform(PROV, lambda p: p["ts"])
+        prov = [(F.array(F.col(f"{PROV}.id")) if inp.single else F.transform(PROV, lambda p: p["id"])).alias(IN_IDS),
+                (F.array(F.col(f"{PROV}.ts")) if inp.single else F.transform(PROV, lambda p: p["ts"])).alias(IN_TS)]
     else:
-        ids, tss = F.array(rid), F.array(F.col(inp.ts))
+        prov = []  # each row is its own source tuple: its row id and event time
     keys = list(head.partition_by) or [_ALL]
     needed = list(dict.fromkeys([*head.partition_by, head.order_by, *(c for cp in cps for c in cp.columns_used)]))
-    sel = df.select(*[F.col(c) for c in needed], rid.alias(ROW_ID), ids.alias(IN_IDS), tss.alias(IN_TS),
+    sel = df.select(*[F.col(c) for c in needed], rid.alias(ROW_ID), *prov,
                     *([] if head.partition_by else [F.lit(0).alias(_ALL)]))
     skip = {eid, ts, *([tag] if tag else [])}
     cores = [PatternCore(cp, eid, ts, tuple(m for m in measure_types(cp, types) if m not in {*skip, *cp.partition_by}),
@@ -155,13 +171,22 @@ def _operator(inp: Provenanced, cps: tuple[CompiledPattern, ...], tag: str | Non
         out = grouped.applyInPandas(batch_matches(ps), ddl)
     cols = [c for c in out.columns if c not in (PROV_IDS, PROV_TS)]
     if inp.query.enabled:
-        out = out.select(*cols, F.arrays_zip(F.col(PROV_IDS).alias("id"), F.col(PROV_TS).alias("ts"))
-                         .cast(PROV_TYPE).alias(PROV))
+        tss = F.transform(F.col(PROV_TS), lambda us: F.timestamp_micros(us))
+        out = out.select(*cols, F.arrays_zip(F.col(PROV_IDS).alias("id"), tss.alias("ts")).cast(PROV_TYPE).alias(PROV))
     else:
         out = out.select(*cols)
     name = f"pattern:{head.name}" if tag is None else f"patterns:{'+'.join(ps.names)}"
     read = tuple(sorted({c for cp in cps for c in reads(cp)}))
     return inp.stateful(out, lag, ts, name, hold=lag, reads=read, operator="pattern", within=lag)
+
+
+def _prov_time(schema) -> bool:
+    """Whether the time of a row's one source tuple (``PROV.ts``) is a timestamp, which
+    then travels to the processor as microseconds."""
+    for f in schema.fields:
+        if f.name == PROV and hasattr(f.dataType, "fields"):
+            return any(g.name == "ts" and g.dataType.simpleString() == "timestamp" for g in f.dataType.fields)
+    return False
 
 
 def reads(cp: CompiledPattern) -> tuple[str, ...]:

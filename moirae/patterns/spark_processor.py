@@ -41,12 +41,12 @@ from collections.abc import Iterator
 import pandas as pd
 
 from moirae.patterns.spark_buffer import KeyBuffer
-from moirae.patterns.spark_core import IN_IDS, IN_TS, PatternCore, event_id
+from moirae.patterns.spark_core import IN_ID, IN_IDS, IN_TS, IN_TUS, PatternCore, event_id
 from moirae.patterns.spark_set import PatternSet
 
 _NS_PER_MS = 1_000_000
 
-__all__ = ["IN_IDS", "IN_TS", "PatternCore", "PatternProcessor", "PatternSet", "batch_matches", "event_id",
+__all__ = ["IN_ID", "IN_IDS", "IN_TS", "IN_TUS", "PatternCore", "PatternProcessor", "PatternSet", "batch_matches", "event_id",
            "processor"]
 
 
@@ -95,7 +95,7 @@ def processor(patterns: PatternCore | PatternSet):
                 got = ps.feed(buf, ready, wm,
                               lambda i: None if saved is None else KeyBuffer.from_bytes(saved[0]).matcher_of(i))
                 buf.fed_ns = wm_ns if buf.fed_ns is None else max(buf.fed_ns, wm_ns)
-            out = ps.rows(got, buf.prov.lookup() if buf.prov is not None else {}) if got else None
+            out = ps.rows(got, buf.prov.lookup(ps.bound_rows(got)) if buf.prov is not None else {}) if got else None
             if buf.prov is not None and buf.fed_ns is not None and ps.within_ns is not None:
                 buf.prov = buf.prov.since(buf.fed_ns - 2 * ps.within_ns)  # no run reaches further back
             self._timer(buf, fired)

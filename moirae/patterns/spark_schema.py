@@ -2,7 +2,8 @@
 
 A pattern event-query emits one row per match: ``eid``, the event time (the match's last
 row), the PARTITION BY columns, then one column per MEASURES alias, and the provenance of
-the match as two arrays (the bound rows' source ids and times). The measures' Spark types
+the match as two arrays (the bound rows' source ids, and their times in microseconds,
+which the operator makes timestamps in Spark). The measures' Spark types
 are inferred from their expressions over the source's schema:
 
 - a column, ``PREV``, ``FIRST``/``LAST``/``MIN``/``MAX`` of a column: that column's type;
@@ -73,7 +74,7 @@ def output_ddl(cp: CompiledPattern, columns: Mapping[str, str], eid: str, ts: st
     fields = [(eid, "string"), (ts, "timestamp")]
     fields += [(k, columns[k]) for k in cp.partition_by]
     fields += [(m, t) for m, t in measure_types(cp, columns).items() if m not in {eid, ts, *cp.partition_by}]
-    fields += [(PROV_IDS, "array<bigint>"), (PROV_TS, "array<timestamp>")]
+    fields += [(PROV_IDS, "array<bigint>"), (PROV_TS, "array<bigint>")]
     return ", ".join(f"`{n}` {t}" for n, t in fields)
 
 
@@ -98,7 +99,7 @@ def set_output_ddl(cps, columns: Mapping[str, str], eid: str, ts: str, tag: str)
     fields = [(eid, "string"), (ts, "timestamp"), (tag, "string")]
     fields += [(k, columns[k]) for k in head.partition_by]
     fields += [(m, t) for m, (t, _) in seen.items()]
-    fields += [(PROV_IDS, "array<bigint>"), (PROV_TS, "array<timestamp>")]
+    fields += [(PROV_IDS, "array<bigint>"), (PROV_TS, "array<bigint>")]
     return ", ".join(f"`{n}` {t}" for n, t in fields)
 
 

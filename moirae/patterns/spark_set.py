@@ -65,6 +65,8 @@ class PatternSet:
         self.tag = tag
         self.order_by, self.partition_by = head.cp.order_by, head.cp.partition_by
         self.columns = tuple(dict.fromkeys(c for core in self.cores for c in core.cp.columns_used))
+        #: the columns made the matchers' arrays (each core's :attr:`PatternCore.fed`)
+        self.fed = tuple(dict.fromkeys(c for core in self.cores for c in core.fed))
         withins = [c.within_ns for c in self.cores]
         self.within_ns = None if any(w is None for w in withins) else max(withins)
         self.out_columns = [head.eid, head.ts, *([tag] if tag else []), *self.partition_by,
@@ -82,8 +84,9 @@ class PatternSet:
     # -- the live path ---------------------------------------------------------------------
 
     def take(self, buf: KeyBuffer, frame: pd.DataFrame, key: tuple | None = None) -> None:
-        """Add a key's new rows to ``buf`` (:meth:`PatternCore.take`: once for every pattern)."""
-        self.head.take(buf, frame, key)
+        """Add a key's new rows to ``buf`` (:meth:`PatternCore.take`: once for every
+        pattern, keeping the columns any of them reads)."""
+        self.head.take(buf, frame, key, self.columns)
 
     def ready(self, buf: KeyBuffer, wm_ns: int | None) -> dict[str, np.ndarray] | None:
         """The rows of ``buf`` the watermark has passed, in ``(event time, row id)`` order."""
@@ -105,7 +108,7 @@ class PatternSet:
         this step (to feed again when a row fails). A pattern idle on the key keeps no state."""
         cols = memo = None
         if ready is not None:
-            cols, memo = self.head.columns(ready, self.columns), {}
+            cols, memo = self.head.columns(ready, self.fed), {}
         out: list[tuple[PatternCore, list[Match]]] = []
         states: list[KeyState | None] = []
         for i, core in enumerate(self.cores):
@@ -120,6 +123,11 @@ class PatternSet:
         buf.matchers = tuple(states) if any(s is not None for s in states) else ()
         return out
 
+    @staticmethod
+    def bound_rows(got: list[tuple[PatternCore, list[Match]]]) -> set:
+        """The ids of the rows the matches ``got`` bind (whose provenance they carry)."""
+        return {rid for _, ms in got for m in ms for rid, _sym in m.rows}
+
     def next_deadline(self, buf: KeyBuffer) -> int | None:
         """The earliest WITHIN deadline (ns) of a live run of any pattern on the key."""
         ds = [d for i, c in enumerate(self.cores) if (d := c.matcher.next_deadline(buf.matcher_of(i))) is not None]
@@ -132,6 +140,12 @@ class PatternSet:
         lacks is NULL in its rows)."""
         if self.tag is None:
             return self.head.rows(got[0][1] if got else [], prov)
+        if len(got) == 1:  # one pattern matched on the key: one frame, built once
+            core, matches = got[0]
+            cols, n = core.row_columns(matches, prov), len(matches)
+            cols[self.tag] = np.full(n, core.cp.name, dtype=object)
+            return pd.DataFrame({c: cols[c] if c in cols else np.full(n, None, dtype=object) for c in self.out_columns},
+                                copy=False)
         frames = []
         for core, matches in got or [(self.head, [])]:
             f = core.rows(matches, prov)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from moirae.patterns import compile_pattern, reference_matches
-from moirae.patterns.spark_processor import PatternCore, processor
-from moirae.patterns.spark_schema import PROV_IDS, ROW_ID
+from moirae.patterns.spark_processor import IN_ID, IN_IDS, IN_TS, IN_TUS, PatternCore, processor
+from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
 from tests.patterns.processor_driver import drive, seeded_stream
 
 PATTERNS = {
@@ -40,3 +40,32 @@ def test_batched_out_of_order_and_restarted_equals_the_reference(which, seed):
     have = sorted((r["k"], r["ts"], r["n"], tuple(r[PROV_IDS])) for r in got.to_dict("records"))
     assert have == want
     assert all(s.value is None for s, _ in saved.values()), "an idle key keeps state past WITHIN"
+
+
+def test_the_provenance_is_the_same_whichever_form_the_input_carries_it_in():
+    """Lists of source ids and times, one id and one time in microseconds, or nothing (an
+    uninstrumented input: each row its own source tuple) give the same matches, with the
+    same provenance; a MEASURE of the event time reads it off the rows' times."""
+    sql = PATTERNS["greedy"].replace("COUNT(A.*) AS n", "COUNT(A.*) AS n, FIRST(A.ts) AS since")
+    cp = compile_pattern(sql, name="p", columns={"k": "string", "x": "double", "ts": "timestamp"}, row_id=ROW_ID)
+    rows, batches = seeded_stream(3)
+    us = rows["ts"].astype("int64") // 1000
+
+    def scalar(f: pd.DataFrame) -> pd.DataFrame:
+        return f.drop(columns=[IN_IDS, IN_TS]).assign(**{IN_ID: 1000 + f[ROW_ID], IN_TUS: us[f.index]})
+
+    def bare(f: pd.DataFrame) -> pd.DataFrame:
+        return f.drop(columns=[IN_IDS, IN_TS])
+
+    out = {}
+    for form, fix in (("lists", lambda f: f), ("scalar", scalar), ("bare", bare)):
+        core = PatternCore(cp, "eid", "ts", ("n", "since"))
+        got, _ = drive(lambda core=core: processor(core), fix(rows), [fix(b) for b in batches], check_late=True)
+        out[form] = sorted((r["eid"], r["since"], tuple(r[PROV_IDS]), tuple(r[PROV_TS])) for r in got.to_dict("records"))
+    ref = reference_matches(cp, rows)
+    want = sorted((m.measures["since"], tuple(1000 + r for r, _ in m.rows)) for m in ref)
+    assert want and sorted((s, p) for _, s, p, _ in out["lists"]) == want
+    assert out["scalar"] == out["lists"]
+    assert [(e, s, tuple(i - 1000 for i in p), t) for e, s, p, t in out["lists"]] == out["bare"]
+    ts_us = dict(zip(rows[ROW_ID], us, strict=True))
+    assert all(t == tuple(ts_us[i] for i in p) for _, _, p, t in out["bare"])
