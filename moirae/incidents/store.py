@@ -297,8 +297,14 @@ class IncidentStore:
                                     "status = CASE WHEN status = 'resolved' THEN 'open' ELSE status END, "
                                     "updated_at = now() WHERE id = %s", (r.ts, r.ts, incident))
             self.resolution_cache.invalidate(notes_only=True)  # new eids of (possibly noted) incidents, no new note
-        for iid in dict.fromkeys(changed):
-            self._announce(iid)
+        if changed:  # the changed incidents' summaries, from their rows alone (not their events)
+            with self.db.connection() as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT {', '.join(COLUMNS)} FROM moirae_incidents WHERE id = ANY(%s)",
+                            (list(dict.fromkeys(changed)),))
+                found = {row[0]: row for row in cur.fetchall()}
+            for iid in dict.fromkeys(changed):
+                if iid in found:
+                    self._publish_summary(self._summary(found[iid]))
         return changed
 
     def on_output(self, out) -> None:

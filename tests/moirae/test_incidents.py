@@ -145,3 +145,15 @@ def test_resolution_lookups_are_remembered_and_a_note_shows_at_once_here_and_wit
     other.resolve("ov:b:5", "rebooted")
     cache.ttl = 0.0  # the ttl passes
     assert store.resolutions(asked) == {"ov:a:5": "killed process rsync", "ov:b:5": "rebooted"}
+
+
+def test_recording_announces_each_changed_incident_from_its_row_alone(pg, monkeypatch):
+    """An alert's announcement costs the same however many events its incident holds:
+    the summary comes from the incident's row, not a read of its events."""
+    log, store, published = store_and_log(pg)
+    log.add([rec("a", m) for m in range(5, 305, 5)])  # one incident of 60 events
+    monkeypatch.setattr(store, "get", lambda *a, **k: pytest.fail("recording read the incident's events"))
+    published.clear()
+    log.add([rec("a", 305), rec("b", 305)])
+    assert sorted((p["id"], p["alerts"]) for p in published) == [("ov:a:5", 61), ("ov:b:305", 1)]
+    assert all(p["type"] == "incident" and "events" not in p for p in published)
