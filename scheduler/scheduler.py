@@ -28,8 +28,9 @@ and a running task is skipped, so with N > 1 the next task is the lowest-pass *r
 one. The one-quantum pairwise bound (:mod:`scheduler.fairness`) is proven, and tested,
 for one quantum at a time; with N in flight a task whose query runs long simply gets
 fewer quanta meanwhile (it cannot hold two), and first-chunk-first still holds: a new
-task joins no later than the lowest active pass, so under equal tickets no task gets
-two more quanta before a newcomer's first.
+task joins no later than the lowest active pass and wins ties there, so it is the next
+task of its level granted (after newcomers submitted before it), however many tasks are
+open (M 4.4: a new task gets the database at once).
 
 Time comes only from the injected clock. Nothing here does I/O or starts threads; the
 caller serialises calls (it is not thread-safe by itself).
@@ -115,6 +116,7 @@ class StrideScheduler(SchedulingPolicy):
         self._tasks: dict[str, _Task] = {}
         self._by_eid: dict[str, dict[str, None]] = {}  # eid -> task ids, in submission order
         self._orphans: set[str] = set()  # removed while a quantum was in flight
+        self._suspended: dict[str, None] = {}  # tasks with a feedback deadline: what expire looks at
         self._running = dict.fromkeys(Priority, 0)
         self._seq = 0
 
@@ -245,6 +247,7 @@ class StrideScheduler(SchedulingPolicy):
             q.leave(task_id)
             task.state = TaskState.SUSPENDED
             task.deadline = now + task.feedback_timeout
+            self._suspended[task_id] = None
             out.append(self._emit(TaskSuspended(task_id, task.eid, task.quanta, task.deadline, now)))
         else:
             q.release(task_id)
@@ -272,6 +275,7 @@ class StrideScheduler(SchedulingPolicy):
                 q = self._queues[task.priority]
                 q.rejoin(task.task_id)
                 task.state, task.deadline = TaskState.RUNNABLE, None
+                self._suspended.pop(task.task_id, None)
                 self._emit(TaskResumed(task.task_id, eid, q.pass_of(task.task_id), now))
                 resumed.append(task.task_id)
         return tuple(resumed)
@@ -310,7 +314,8 @@ class StrideScheduler(SchedulingPolicy):
         deadline has passed (``now >= deadline``). ``now`` defaults to the clock."""
         t = self.clock.now() if now is None else now
         late: dict[str, float] = {}
-        for task in self._tasks.values():
+        # the suspended tasks only (not every open task), in submission order as before
+        for task in sorted((self._tasks[tid] for tid in self._suspended), key=lambda x: x.seq):
             if task.deadline is not None and t >= task.deadline:
                 late[task.eid] = min(task.deadline, late.get(task.eid, task.deadline))
         out = []
@@ -328,7 +333,8 @@ class StrideScheduler(SchedulingPolicy):
 
     def next_deadline(self) -> float | None:
         """The earliest feedback deadline pending, for a caller that sleeps until it."""
-        return min((t.deadline for t in self._tasks.values() if t.deadline is not None), default=None)
+        return min((d for d in (self._tasks[tid].deadline for tid in self._suspended) if d is not None),
+                   default=None)
 
     # -- introspection -------------------------------------------------------------
     def tasks(self, eid: str | None = None) -> tuple[TaskInfo, ...]:
@@ -396,6 +402,7 @@ class StrideScheduler(SchedulingPolicy):
 
     def _forget(self, task: _Task) -> None:
         del self._tasks[task.task_id]
+        self._suspended.pop(task.task_id, None)
         ids = self._by_eid[task.eid]
         del ids[task.task_id]
         if not ids:

@@ -2,7 +2,8 @@
 
 Each client holds ``tickets``; its ``stride`` is ``STRIDE1 / tickets`` and its ``pass``
 advances by one stride per quantum it is granted. The client with the lowest pass runs
-next (ties: lowest submission number). A *global pass* advances by the global stride
+next (ties: a client never granted a quantum first, then the lowest submission
+number). A *global pass* advances by the global stride
 ``STRIDE1 / (sum of active tickets)`` per quantum granted in this queue; it is the
 virtual time of a client holding all the tickets, and anchors joins and leaves:
 
@@ -22,6 +23,14 @@ keeps it, ``[L, m]`` for a new client and ``[L, m + stride]`` for a rejoin, wher
 for new clients also puts each newcomer's first quantum before any active client's
 next-but-one (M 4.4: every task quickly gets some history). With no active client the
 join is Waldspurger's unchanged. See :mod:`scheduler.fairness` for the bounds.
+
+A new client clamped to ``m`` ties with every client whose pass is ``m``; clients that
+joined together with equal tickets move in lockstep, so that may be most of the queue.
+The tie-break lets a client that has not had its first quantum go first, so a newcomer
+is the next pick as soon as it joins, whatever the number of clients (M 4.4: a new task
+gets the database at once). Which of the lowest-pass clients goes first does not enter
+the fairness bounds (:func:`scheduler.fairness.stride_pair_bound` rests on the lowest
+pass only).
 
 >>> q = StrideQueue(stride1=6)
 >>> q.join("a", tickets=3, seq=0); q.join("b", tickets=1, seq=1)
@@ -49,6 +58,7 @@ class _Client:
     pass_: Fraction  # meaningful while active
     remain: Fraction  # meaningful while inactive (left)
     seq: int
+    served: int = 0  # 1 once granted its first quantum: the tie-break after the pass
     active: bool = True  # counted in the global tickets (runnable or running)
     runnable: bool = True  # eligible for pick (active and not running)
     version: int = 0  # bumped when the entry in the pick heap goes stale
@@ -68,10 +78,10 @@ class StrideQueue:
             raise InvalidTickets(f"StrideQueue: stride1 must be >= 1, got {stride1!r}")
         self.stride1 = stride1
         self._clients: dict[str, _Client] = {}
-        # entries (float(pass), pass, seq, version, cid): float() of a Fraction is correctly
-        # rounded, hence monotone, so the float decides most comparisons and the exact
-        # pass breaks float ties; stale entries (version mismatch) are skipped lazily
-        self._heap: list[tuple[float, Fraction, int, int, str]] = []
+        # entries (float(pass), pass, served, seq, version, cid): float() of a Fraction is
+        # correctly rounded, hence monotone, so the float decides most comparisons and the
+        # exact pass breaks float ties; stale entries (version mismatch) are skipped lazily
+        self._heap: list[tuple[float, Fraction, int, int, int, str]] = []
         self._tickets = 0  # global tickets: sum over active clients
         self._gpass = 0  # global pass, integer part ...
         self._grem = 0  # ... plus _grem / _tickets
@@ -196,15 +206,16 @@ class StrideQueue:
             self._push_previous(c, cid)
         if c.runnable:  # its heap entry is stale: re-key it
             c.version += 1
-            heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.seq, c.version, cid))
+            heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.served, c.seq, c.version, cid))
             self._maybe_compact()
 
     # -- allocation ----------------------------------------------------------------
     def pick(self) -> str | None:
-        """The runnable client with the lowest (pass, seq), or None. Changes nothing."""
+        """The runnable client with the lowest (pass, served, seq), or None: among
+        the lowest pass, one never granted a quantum first. Changes nothing."""
         heap = self._heap
         while heap:
-            _, _, _, version, cid = heap[0]
+            _, _, _, _, version, cid = heap[0]
             c = self._clients.get(cid)
             if c is not None and c.runnable and c.version == version:
                 return cid
@@ -219,6 +230,7 @@ class StrideQueue:
             raise InvalidTickets(f"StrideQueue: client {cid!r} is not runnable")
         self._make_unrunnable(c)
         self._running.add(cid)
+        c.served = 1
         c.pass_ += c.stride
         self._push_previous(c, cid)
         # global_pass += stride1 / global_tickets, with the remainder carried exactly
@@ -265,7 +277,7 @@ class StrideQueue:
         c.runnable = True
         c.version += 1
         self._runnable += 1
-        heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.seq, c.version, cid))
+        heapq.heappush(self._heap, (float(c.pass_), c.pass_, c.served, c.seq, c.version, cid))
         self._maybe_compact()
 
     def _make_unrunnable(self, c: _Client) -> None:
@@ -278,7 +290,7 @@ class StrideQueue:
         # stale heap entries are dropped lazily; rebuild when they dominate
         if len(self._heap) > 2 * self._runnable + 64:
             self._heap = [
-                (float(c.pass_), c.pass_, c.seq, c.version, cid)
+                (float(c.pass_), c.pass_, c.served, c.seq, c.version, cid)
                 for cid, c in self._clients.items()
                 if c.runnable
             ]

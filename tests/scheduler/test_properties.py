@@ -4,7 +4,9 @@ What is asserted, precisely:
 
 - *First chunk first.* Under equal tickets, every task gets its first quantum before any
   task gets its third; stronger, before any other task gets two more quanta after the
-  task's submission (late joiners included, with up to 4 quanta in flight).
+  task's submission (late joiners included, with up to 4 quanta in flight); stronger
+  still, while some task waits for its first quantum, every grant goes to a task waiting
+  for its first (a newcomer is not queued behind the tasks sharing the lowest pass).
 - *Pairwise bound.* With fixed tickets, after every prefix of the run and for every
   pair i, j, the pairwise relative error ``|q_i * t_j - q_j * t_i| / (t_i + t_j)``
   (Waldspurger's: the absolute error of i in the system of i and j alone) is <= 1
@@ -104,6 +106,11 @@ def test_newcomer_is_served_before_anyone_gets_two_more_quanta(plan, tickets, sl
         window = [other for k, other in trace if joined <= k < first_at[tid] and other != tid]
         worst = max((window.count(o) for o in set(window)), default=0)
         assert worst <= 1, f"{tid} joined at grant {joined}, first ran at {first_at[tid]}; another task got {worst}"
+    # stronger: while a task waits for its first quantum, every grant goes to such a task
+    # (its own or another newcomer's), however many tasks share the lowest pass
+    for k, tid in trace:
+        waiting = [t for t, joined in submitted_at.items() if joined <= k <= first_at[t]]
+        assert not waiting or tid in waiting, f"grant {k} went to {tid} while {waiting} waited for a first quantum"
 
 
 @settings(max_examples=60, deadline=None)

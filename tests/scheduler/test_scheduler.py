@@ -84,6 +84,35 @@ def test_a_low_ticket_newcomer_gets_its_first_quantum_at_once():
     assert set(nxt) == {light, *heavy}
 
 
+@pytest.mark.parametrize("n", [10, 1000])
+def test_a_newcomer_is_the_next_grant_however_many_tasks_share_the_lowest_pass(n):
+    # tasks submitted together with equal tickets move in lockstep: after one quantum
+    # each, most of them share the lowest pass, where a newcomer's join is clamped; it
+    # must not wait behind all of them (M 4.4: a new task gets the database at once)
+    s, _, _ = make(tickets_per_result=Fraction(1, 10))
+    old = [s.submit(f"bg{i}", tickets=100) for i in range(n)]
+    flying = [s.choose().task_id for _ in range(4)]  # 4 quanta in flight, as the manager's workers
+    for _ in range(n + n // 2):  # everyone's first quantum, then half of them a second
+        done = flying.pop(0)
+        s.complete(done, results=1)
+        flying.append(s.choose().task_id)
+    for fresh in range(3):
+        new = s.submit(f"fresh{fresh}", tickets=100)
+        s.complete(flying.pop(0), results=1)
+        assert s.choose().task_id == new
+        flying.append(new)
+    # and the old tasks keep their stride order: no one of them gets two more quanta
+    # before every other got one more
+    trace = []
+    for _ in range(2 * n):
+        done = flying.pop(0)
+        s.complete(done, results=1)
+        g = s.choose()
+        trace.append(g.task_id)
+        flying.append(g.task_id)
+    assert set(old) <= set(trace)
+
+
 # -- priorities -------------------------------------------------------------------------
 
 

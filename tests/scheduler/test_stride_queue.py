@@ -191,11 +191,12 @@ def test_incremental_bookkeeping_matches_brute_force(ops):
         assert q.min_active_pass() == min((x.pass_ for x in active), default=None)
         if active:
             assert q._max_previous_pass() == max(x.pass_ - x.stride for x in active)
-        runnable = [(x.pass_, x.seq) for x in active if x.runnable]
+        runnable = [(x.pass_, x.served, x.seq) for x in active if x.runnable]
         picked = q.pick()
         assert (picked is None) == (not runnable)
         if picked is not None:
-            assert (q._clients[picked].pass_, q._clients[picked].seq) == min(runnable)
+            x = q._clients[picked]
+            assert (x.pass_, x.served, x.seq) == min(runnable)
 
 
 def test_many_joins_stay_cheap():
