@@ -42,7 +42,7 @@ similarity.vocabulary similarity.index moirae.queries.context
 archive.reference moirae.rules.book moirae.rules.norm
 moirae.retract.errors moirae.retract.predicate moirae.retract.flagged moirae.cli.commands.lookup moirae.ingest.persist
 moirae.patterns.bound moirae.patterns.compile moirae.patterns.errors moirae.patterns.evaluate moirae.patterns.expr moirae.patterns.lexer moirae.patterns.statement moirae.patterns.syntax
-moirae.patterns.spark_schema moirae.patterns.spark_core moirae.patterns.spark_buffer moirae.monitors.pattern_sql
+moirae.patterns.spark_schema moirae.patterns.spark_core moirae.patterns.spark_buffer moirae.patterns.spark_frame moirae.monitors.pattern_sql
 """.split())
 
 

@@ -17,7 +17,9 @@ value of Spark's state store (:class:`KeyBuffer`):
   registered for the key (ms), so a step that keeps it touches no timer.
 
 Everything is numpy arrays and plain values, pickled once per step: no pandas frame and
-no per-row Python object is saved.
+no per-row Python object is saved. A numeric array is saved as its dtype and its raw
+bytes (:func:`_pack`), which pickle copies as one block, instead of through numpy's own
+pickling, whose fixed cost per array a key's value would pay for each of its arrays.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 import pandas as pd
@@ -32,11 +35,22 @@ import pandas as pd
 from moirae.patterns.errors import PatternStateError
 from moirae.patterns.state import STATE_VERSION, KeyState
 
-BUFFER_VERSION = 4
-#: versions still read: a version-3 buffer is one whose :class:`ProvTable` uses no shorthand
-#: and whose ``pending`` also holds the key's columns (ignored)
-_READS = (3, 4)
+BUFFER_VERSION = 5
+#: versions still read: a version-4 buffer pickles its arrays and its :class:`ProvTable`
+#: as numpy and the dataclass do; a version-3 buffer is one whose :class:`ProvTable` uses no
+#: shorthand and whose ``pending`` also holds the key's columns (ignored)
+_READS = (3, 4, 5)
+#: the dtype kinds saved as raw bytes (everything but Python objects and strings)
+_RAW = frozenset("biufcmM")
 _NAT = np.iinfo(np.int64).min
+_FIRST = itemgetter(0)
+#: above this many rows :meth:`ProvTable.lookup` finds the wanted ids with numpy, below by a scan
+_SCAN = 256
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two 1-d arrays hold the same values (``np.array_equal``, without its checks)."""
+    return a.shape == b.shape and not np.count_nonzero(a != b)
 
 
 def _offsets(lengths: np.ndarray) -> np.ndarray:
@@ -55,10 +69,9 @@ def _take(flat: np.ndarray | None, off: np.ndarray | None,
     return flat[np.repeat(keep, lengths)], _offsets(lengths[keep])
 
 
-def _times_ns(col, own: np.ndarray) -> np.ndarray:
-    """The times of a column of lists of times, flat, as int64 ns (a naive time read as
-    UTC); a missing time is ``own``'s (the row's event time)."""
-    flat = list(chain.from_iterable(col))
+def _times_ns(flat: list, own: np.ndarray) -> np.ndarray:
+    """Times as int64 ns (a naive time read as UTC); a missing time is ``own``'s (the
+    event time of the row it came with)."""
     if not flat:
         return np.zeros(0, dtype=np.int64)
     try:  # Timestamps (the common case): their ns, no parsing
@@ -96,14 +109,18 @@ class ProvTable:
         """From the input's provenance columns: per row a list of source ids and a list of
         source times (a missing time reads as the row's own event time)."""
         n = len(rid)
-        ids_len = np.fromiter((len(x) for x in ids_col), np.int64, n)
-        ts_len = np.fromiter((len(x) for x in ts_col), np.int64, n)
-        ids = np.fromiter(chain.from_iterable(ids_col), np.int64, int(ids_len.sum()))
+        ids_len = np.fromiter(map(len, ids_col), np.int64, n)
+        ts_len = np.fromiter(map(len, ts_col), np.int64, n)
+        one_id, one_t = np.count_nonzero(ids_len == 1) == n, np.count_nonzero(ts_len == 1) == n
+        if one_id:  # one source tuple a row (the common case): no flattening
+            ids = np.fromiter(map(_FIRST, ids_col), np.int64, n)
+        else:
+            ids = np.fromiter(chain.from_iterable(ids_col), np.int64, int(ids_len.sum()))
         t = np.asarray(t, dtype=np.int64)
-        pts = _times_ns(ts_col, np.repeat(t, ts_len))
-        ids_off = None if (ids_len == 1).all() else _offsets(ids_len)
-        pts_off = None if (ts_len == 1).all() else _offsets(ts_len)
-        return cls._compact(np.asarray(rid), t, ids, ids_off, pts, pts_off)
+        pts = _times_ns(list(map(_FIRST, ts_col)) if one_t else list(chain.from_iterable(ts_col)),
+                        t if one_t else np.repeat(t, ts_len))
+        return cls._compact(np.asarray(rid), t, ids, None if one_id else _offsets(ids_len), pts,
+                            None if one_t else _offsets(ts_len))
 
     @classmethod
     def of_single(cls, rid: np.ndarray, t: np.ndarray, ids: np.ndarray | None, tus: np.ndarray | None) -> ProvTable:
@@ -125,9 +142,9 @@ class ProvTable:
 
     @classmethod
     def _compact(cls, rid, t, ids, ids_off, pts, pts_off) -> ProvTable:
-        if ids is not None and ids_off is None and rid.dtype.kind in "iu" and np.array_equal(ids, rid):
+        if ids is not None and ids_off is None and rid.dtype.kind in "iu" and _same(ids, rid):
             ids = None
-        if pts is not None and pts_off is None and np.array_equal(pts, t):
+        if pts is not None and pts_off is None and _same(pts, t):
             pts = None
         return cls(rid, t, ids, ids_off, pts, pts_off)
 
@@ -154,9 +171,10 @@ class ProvTable:
     def since(self, floor: int) -> ProvTable | None:
         """The rows of event time at least ``floor`` (None when none is left)."""
         keep = self.t >= floor
-        if keep.all():
+        n = np.count_nonzero(keep)
+        if n == len(keep):
             return self
-        if not keep.any():
+        if not n:
             return None
         ids, ids_off = _take(self.ids, self.ids_off, keep)
         pts, pts_off = _take(self.pts, self.pts_off, keep)
@@ -165,20 +183,26 @@ class ProvTable:
     def lookup(self, rids=None) -> dict:
         """Row id -> (source ids, source times ns), as plain lists: of every row, or of
         the rows whose ids are in ``rids``."""
+        rid = self.rid.tolist()
         if rids is None:
-            at = range(len(self))
-        elif self.rid.dtype.kind in "iu":
+            at = range(len(rid))
+        elif len(rid) > _SCAN and self.rid.dtype.kind in "iu":
             at = np.flatnonzero(np.isin(self.rid, np.fromiter(rids, np.int64))).tolist()
         else:
-            want = set(rids)
-            at = [i for i, r in enumerate(self.rid.tolist()) if r in want]
-        rid = self.rid.tolist()
-        ids, pts = self._ids(), self._pts()
+            want = rids if isinstance(rids, (set, frozenset, dict)) else set(rids)
+            at = [i for i, r in enumerate(rid) if r in want]
+        if not at:
+            return {}
         io, po = self.ids_off, self.pts_off
+        ids, pts = self._ids(), self._pts()
+        if io is None:
+            ids = ids.tolist()
+        if po is None:
+            pts = pts.tolist()
         out = {}
         for i in at:
-            out[rid[i]] = (ids[i:i + 1].tolist() if io is None else ids[io[i]:io[i + 1]].tolist(),
-                           pts[i:i + 1].tolist() if po is None else pts[po[i]:po[i + 1]].tolist())
+            out[rid[i]] = ([ids[i]] if io is None else ids[io[i]:io[i + 1]].tolist(),
+                           [pts[i]] if po is None else pts[po[i]:po[i + 1]].tolist())
         return out
 
 
@@ -203,9 +227,12 @@ class KeyBuffer:
     timer: int | None = None
 
     def to_bytes(self) -> bytes:
-        sts = tuple(None if m is None else m.__dict__ for m in self.matchers)
-        return pickle.dumps((BUFFER_VERSION, self.key, self.pending, STATE_VERSION, sts, self.fed_ns, self.prov,
-                             self.timer),
+        sts = tuple([None if m is None else {**m.__dict__, "buf": _pack_cols(m.buf)} for m in self.matchers])
+        p = self.prov
+        prov = None if p is None else (_pack(p.rid), _pack(p.t), _pack(p.ids), _pack(p.ids_off), _pack(p.pts),
+                                       _pack(p.pts_off))
+        return pickle.dumps((BUFFER_VERSION, self.key, _pack_cols(self.pending), STATE_VERSION, sts, self.fed_ns,
+                             prov, self.timer),
                             protocol=pickle.HIGHEST_PROTOCOL)
 
     @classmethod
@@ -219,11 +246,53 @@ class KeyBuffer:
         key, pending, st_version, sts, fed_ns, prov, timer = rest
         if st_version != STATE_VERSION:
             raise PatternStateError(f"pattern state version {st_version}, expected {STATE_VERSION}")
-        return cls(key, pending, tuple(None if d is None else _state(d) for d in sts), fed_ns, prov, timer)
+        if version >= 5:
+            pending = _unpack_cols(pending)
+            for d in sts:
+                if d is not None:
+                    d["buf"] = _unpack_cols(d["buf"])
+            if prov is not None:
+                prov = ProvTable(*[_unpack(v) for v in prov])
+        return cls(key, pending, tuple([None if d is None else _state(d) for d in sts]), fed_ns, prov, timer)
 
     def matcher_of(self, i: int) -> KeyState | None:
         """Pattern ``i``'s state (None when the key holds none for it)."""
         return self.matchers[i] if i < len(self.matchers) else None
+
+
+def _pack(a):
+    """A numeric array as ``(dtype, raw bytes)`` (:func:`_unpack` reads it back); any
+    other value (None, an array of objects or strings) as itself.
+
+    >>> a = np.array([3, -1], dtype=np.int64)
+    >>> b = _unpack(pickle.loads(pickle.dumps(_pack(a))))
+    >>> b.tolist(), b.dtype == a.dtype, b.flags.writeable
+    ([3, -1], True, True)
+    >>> _unpack(_pack(np.array(["a"], dtype=object))).tolist()
+    ['a']
+    """
+    if type(a) is np.ndarray and a.ndim == 1:
+        dt = a.dtype
+        if dt.kind in _RAW:
+            return dt.str, bytearray(a.tobytes())
+    return a
+
+
+def _unpack(v):
+    if type(v) is tuple:
+        return np.frombuffer(v[1], dtype=v[0])  # writable: pickle reads a bytearray back as one
+    return v
+
+
+def _pack_cols(cols: dict | None) -> dict | None:
+    return None if cols is None else {c: _pack(a) for c, a in cols.items()}
+
+
+def _unpack_cols(cols: dict | None) -> dict | None:
+    if cols is None:
+        return None
+    frombuffer = np.frombuffer
+    return {c: frombuffer(v[1], dtype=v[0]) if type(v) is tuple else v for c, v in cols.items()}
 
 
 def _state(fields: dict) -> KeyState:

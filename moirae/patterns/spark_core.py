@@ -24,6 +24,8 @@ from moirae.patterns.match import Match, plain_key, ts_ns
 from moirae.patterns.matcher import Matcher
 from moirae.patterns.spark_buffer import KeyBuffer, ProvTable
 from moirae.patterns.spark_dead import DeadLetterWriter, current_batch_id
+from moirae.patterns.spark_frame import frame as fast_frame
+from moirae.patterns.spark_frame import utc_times
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
 from moirae.patterns.state import KeyState
 
@@ -70,6 +72,10 @@ class PatternCore:
         #: the columns the matcher is given: the event time only when a DEFINE reads it (a
         #: MEASURE reads it off the rows' times, :meth:`moirae.patterns.Matcher.advance_arrays`)
         self.fed = tuple(c for c in self.cp.columns_used if c != t or t in read)
+        #: per tuple of the columns :meth:`take` keeps: those it reads off a new frame
+        self._wanted: dict[tuple[str, ...] | None, frozenset] = {}
+        #: the output columns of strings and lists (no type to infer, :func:`fast_frame`)
+        self.kept = frozenset({self.eid, PROV_IDS, PROV_TS})
 
     def normalize(self, frame: pd.DataFrame) -> pd.DataFrame:
         t = self.cp.order_by
@@ -115,7 +121,8 @@ class PatternCore:
         """The matches as output rows (eid, ts, keys, measures, provenance arrays: the
         source ids, and the source times in microseconds); ``prov``: row id -> (source
         ids, source times ns) (:meth:`ProvTable.lookup`), at least of the bound rows."""
-        return pd.DataFrame(self.row_columns(matches, prov), copy=False)
+        cols = self.row_columns(matches, prov)
+        return fast_frame(tuple(cols), list(cols.values()), self.kept)
 
     def row_columns(self, matches: list[Match], prov: dict) -> dict:
         """:meth:`rows` as a dict of columns."""
@@ -131,9 +138,8 @@ class PatternCore:
                 tss.extend(pts)
             ids_col[j] = [int(i) for i in ids]
             ts_col[j] = [int(t) // 1000 for t in tss]
-        last = np.fromiter((_utc(m.last_ts).value for m in matches), np.int64, n)
-        out: dict = {self.eid: _objects([event_id(cp.name, m) for m in matches]),
-                     self.ts: pd.DatetimeIndex(last.view("datetime64[ns]")).tz_localize("UTC")}
+        last = np.fromiter((_utc_value(m.last_ts) for m in matches), np.int64, n)
+        out: dict = {self.eid: _objects([event_id(cp.name, m) for m in matches]), self.ts: utc_times(last)}
         for i, k in enumerate(cp.partition_by):
             out[k] = _objects([m.key[i] for m in matches])
         for name in self.measures:
@@ -147,25 +153,28 @@ class PatternCore:
              columns: tuple[str, ...] | None = None) -> None:
         """Add a key's new rows to ``buf``: their provenance, and the rows to ``pending``
         (event time as int64 ns UTC, the row id, and ``columns``, by default those the
-        pattern reads; the key's columns are ``buf.key``); a row not later than what was
-        already fed is late beyond the watermark and is dropped (the archive keeps it)."""
+        pattern reads; the key's columns are ``buf.key``), kept in ``(event time, row id)``
+        order; a row not later than what was already fed is late beyond the watermark and
+        is dropped (the archive keeps it)."""
         t = self.cp.order_by
-        ts = _ns(frame[t])
+        wanted = self._wanted.get(columns)
+        if wanted is None:
+            wanted = self._wanted[columns] = frozenset(
+                {t, ROW_ID, *PROV_INPUT, *(self.cp.columns_used if columns is None else columns)})
+        cols = _arrays(frame, t, wanted)
         if buf.key is None:
             buf.key = self.key_of(frame, key)
-        keep = None if buf.fed_ns is None else ts > buf.fed_ns
-        if keep is not None and keep.all():
-            keep = None
-        if keep is not None and not keep.any():
-            return
-        wanted = {t, ROW_ID, *PROV_INPUT, *(self.cp.columns_used if columns is None else columns)}
-        cols = _arrays(frame, t, ts, wanted)
-        if keep is not None:
-            cols = {c: a[keep] for c, a in cols.items()}
+        if buf.fed_ns is not None:
+            keep = cols[t] > buf.fed_ns
+            kept = np.count_nonzero(keep)
+            if kept < len(keep):
+                if not kept:
+                    return
+                cols = {c: a[keep] for c, a in cols.items()}
         prov = prov_table(cols, t)
         buf.prov = prov if buf.prov is None else buf.prov.extend(prov)
         p = buf.pending
-        buf.pending = cols if p is None else {c: np.concatenate([p[c], a]) for c, a in cols.items()}
+        buf.pending = _in_order(cols if p is None else {c: np.concatenate([p[c], a]) for c, a in cols.items()}, t)
 
     def key_of(self, frame: pd.DataFrame, key: tuple | None) -> tuple:
         """The key as the matcher names it: Spark's grouping key when its values are plain
@@ -181,11 +190,15 @@ class PatternCore:
         if p is None or wm_ns is None:
             return None
         past = p[self.cp.order_by] <= wm_ns
-        if past.all():
+        n = np.count_nonzero(past)
+        if n == len(past):
             buf.pending = None
             return p
-        if not past.any():
+        if not n:
             return None
+        if np.count_nonzero(past[:n]) == n:  # in time order (as :meth:`take` keeps it): a prefix
+            buf.pending = {c: a[n:] for c, a in p.items()}
+            return {c: a[:n] for c, a in p.items()}
         buf.pending = {c: a[~past] for c, a in p.items()}
         return {c: a[past] for c, a in p.items()}
 
@@ -223,6 +236,16 @@ class PatternCore:
 
 
 
+def _in_order(cols: dict[str, np.ndarray], t: str) -> dict[str, np.ndarray]:
+    """Rows given as arrays in ``(t, row id)`` order (a stable sort; as they are when they
+    are in order already)."""
+    ts = cols[t]
+    if len(ts) < 2 or not np.count_nonzero(ts[1:] <= ts[:-1]):
+        return cols
+    order = np.lexsort((cols[ROW_ID], ts))
+    return {c: a[order] for c, a in cols.items()}
+
+
 def _column(a: np.ndarray) -> np.ndarray:
     """:func:`moirae.patterns.evaluate.column_array` of a numpy column."""
     if a.dtype.kind in "bfMO":
@@ -232,15 +255,38 @@ def _column(a: np.ndarray) -> np.ndarray:
     return column_array(pd.Series(a))
 
 
-def _arrays(frame: pd.DataFrame, t: str, ts: np.ndarray, wanted) -> dict[str, np.ndarray]:
+def _arrays(frame: pd.DataFrame, t: str, wanted) -> dict[str, np.ndarray]:
     """The frame's columns in ``wanted`` as numpy arrays (each as ``Series.to_numpy``
-    gives it, but column ``t``: ``ts``), read without building a Series per column where
-    pandas allows."""
-    it = getattr(frame, "_iter_column_arrays", None)
-    if it is None or not frame.columns.is_unique:
-        return {c: (ts if c == t else frame[c].to_numpy()) for c in frame.columns if c in wanted}
-    return {c: (ts if c == t else a if isinstance(a, np.ndarray) else frame[c].to_numpy())
-            for c, a in zip(frame.columns, it(), strict=True) if c in wanted}
+    gives it, but the time column ``t``: int64 ns UTC, as :func:`_ns`), read off the
+    frame's blocks where pandas allows (no Series, no column not wanted)."""
+    mgr = getattr(frame, "_mgr", None)
+    names = frame.columns
+    if not hasattr(mgr, "blknos") or not names.is_unique:
+        return {c: (_ns(frame[c]) if c == t else frame[c].to_numpy()) for c in names if c in wanted}
+    blocks, blknos, blklocs = mgr.blocks, mgr.blknos, mgr.blklocs
+    out = {}
+    for i, c in enumerate(names.tolist()):
+        if c not in wanted:
+            continue
+        vals = blocks[blknos[i]].values
+        if type(vals) is np.ndarray and vals.ndim == 2 and vals.dtype.kind != "M":
+            a = vals[blklocs[i]]  # a row of a numpy block: the column, no copy
+        elif c == t and vals.ndim == 2 and isinstance(getattr(vals, "_ndarray", None), np.ndarray):
+            a = vals._ndarray[blklocs[i]]  # a block of times (with a time zone or not): held as UTC
+        else:
+            a = mgr.iget_values(i)
+        if c == t:
+            out[c] = _ns_of(a) if a.dtype.kind == "M" else _ns(frame[c])
+        else:
+            out[c] = a if isinstance(a, np.ndarray) else frame[c].to_numpy()
+    return out
+
+
+def _ns_of(a) -> np.ndarray:
+    """A datetime array (numpy, or pandas' with or without a time zone) as int64 ns UTC."""
+    if isinstance(a, np.ndarray):
+        return a.astype("datetime64[ns]", copy=False).view(np.int64)
+    return (a if a.unit == "ns" else a.as_unit("ns")).asi8
 
 
 def prov_table(cols: dict[str, np.ndarray], t: str) -> ProvTable:
@@ -266,9 +312,10 @@ def _objects(values: list) -> np.ndarray:
     return a
 
 
-def _utc(v) -> pd.Timestamp:
-    t = pd.Timestamp(v)
-    return t.tz_convert("UTC") if t.tzinfo else t.tz_localize("UTC")
+def _utc_value(v) -> int:
+    """The ns since the epoch of time ``v`` read as UTC when naive (a Timestamp's value is
+    that already, with a time zone or without)."""
+    return v.value if type(v) is pd.Timestamp else pd.Timestamp(v).value
 
 
 def _plain(v):

@@ -13,7 +13,9 @@ in the state store (:class:`moirae.patterns.spark_buffer.KeyBuffer`):
   each row came from), bounded, like the matcher's state, by WITHIN.
 
 The value is compact (:mod:`moirae.patterns.spark_buffer`: numpy arrays, pickled once
-per step; the registered timer is remembered, so a step that keeps it touches no timer).
+per step; the registered timer is remembered, so a step that keeps it touches no timer,
+and a step that leaves the value as it was writes nothing). Matches leave as one small
+frame per key and step, built straight from their columns (:mod:`moirae.patterns.spark_frame`).
 On new rows and on an event-time timer, the rows the watermark has passed are handed,
 as arrays, to :meth:`moirae.patterns.Matcher.advance_arrays` with the watermark, which
 returns the matches now final. One timer is kept per key: at the earliest waiting row,
@@ -85,15 +87,15 @@ def processor(patterns: PatternCore | PatternSet):
             wm_ms = tv.getCurrentWatermarkInMs()
             wm_ns = int(wm_ms) * _NS_PER_MS if wm_ms is not None and wm_ms >= 0 else None
             saved = self.state.get()
-            buf = KeyBuffer.from_bytes(saved[0]) if saved is not None else KeyBuffer()
+            raw = saved[0] if saved is not None else None
+            buf = KeyBuffer.from_bytes(raw) if raw is not None else KeyBuffer()
             if new is not None:
                 ps.take(buf, new, key)
             ready = ps.ready(buf, wm_ns)
             got: list = []
             if wm_ns is not None and (ready is not None or buf.matchers):
-                wm = pd.Timestamp(wm_ns, tz="UTC")
-                got = ps.feed(buf, ready, wm,
-                              lambda i: None if saved is None else KeyBuffer.from_bytes(saved[0]).matcher_of(i))
+                got = ps.feed(buf, ready, ps.watermark(wm_ns),
+                              lambda i: None if raw is None else KeyBuffer.from_bytes(raw).matcher_of(i))
                 buf.fed_ns = wm_ns if buf.fed_ns is None else max(buf.fed_ns, wm_ns)
             out = ps.rows(got, buf.prov.lookup(ps.bound_rows(got)) if buf.prov is not None else {}) if got else None
             if buf.prov is not None and buf.fed_ns is not None and ps.within_ns is not None:
@@ -103,7 +105,9 @@ def processor(patterns: PatternCore | PatternSet):
                 if saved is not None:
                     self.state.clear()
             else:
-                self.state.update((buf.to_bytes(),))
+                data = buf.to_bytes()
+                if data != raw:  # a step that changed nothing writes nothing
+                    self.state.update((data,))
             if out is not None and len(out):
                 yield out
 

@@ -24,7 +24,6 @@ any pattern, and the operator's lag and hold are the largest WITHIN
 
 from __future__ import annotations
 
-import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -35,6 +34,7 @@ from moirae.patterns.errors import PatternError, PatternSyntaxError
 from moirae.patterns.match import Match
 from moirae.patterns.spark_buffer import KeyBuffer
 from moirae.patterns.spark_core import PatternCore
+from moirae.patterns.spark_frame import concat as concat_frames
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
 from moirae.patterns.state import KeyState
 
@@ -71,6 +71,10 @@ class PatternSet:
         self.within_ns = None if any(w is None for w in withins) else max(withins)
         self.out_columns = [head.eid, head.ts, *([tag] if tag else []), *self.partition_by,
                             *dict.fromkeys(m for c in self.cores for m in c.measures), PROV_IDS, PROV_TS]
+        self._out_names = tuple(self.out_columns)
+        self._kept = head.kept | {tag}
+        #: the matchers take the watermark as int64 ns (every core's event time is a timestamp)
+        self._ns_clock = all(c.kind.startswith("dt:") for c in self.cores)
 
     @classmethod
     def of(cls, patterns: PatternCore | PatternSet) -> PatternSet:
@@ -94,12 +98,15 @@ class PatternSet:
         if r is None or len(r[self.order_by]) < 2:
             return r
         ts, rid = r[self.order_by], r[ROW_ID]
-        d = np.diff(ts)
-        if (d < 0).any() or (d == 0).any():
+        if np.count_nonzero(ts[1:] <= ts[:-1]):  # not strictly increasing: sort
             order = np.lexsort((rid, ts))
             if (order != np.arange(len(order))).any():
                 r = {c: a[order] for c, a in r.items()}
         return r
+
+    def watermark(self, wm_ns: int):
+        """The watermark (int64 ns UTC) as :meth:`feed` takes it."""
+        return wm_ns if self._ns_clock else pd.Timestamp(wm_ns, tz="UTC")
 
     def feed(self, buf: KeyBuffer, ready: dict[str, np.ndarray] | None, wm,
              before: Callable[[int], KeyState | None]) -> list[tuple[PatternCore, list[Match]]]:
@@ -140,25 +147,12 @@ class PatternSet:
         lacks is NULL in its rows)."""
         if self.tag is None:
             return self.head.rows(got[0][1] if got else [], prov)
-        if len(got) == 1:  # one pattern matched on the key: one frame, built once
-            core, matches = got[0]
+        parts = []  # per pattern that matched: its rows' columns, in :attr:`out_columns` order
+        for core, matches in got or [(self.head, [])]:
             cols, n = core.row_columns(matches, prov), len(matches)
             cols[self.tag] = np.full(n, core.cp.name, dtype=object)
-            return pd.DataFrame({c: cols[c] if c in cols else np.full(n, None, dtype=object) for c in self.out_columns},
-                                copy=False)
-        frames = []
-        for core, matches in got or [(self.head, [])]:
-            f = core.rows(matches, prov)
-            f[self.tag] = np.full(len(f), core.cp.name, dtype=object)
-            for c in self.out_columns:
-                if c not in f.columns:
-                    f[c] = np.full(len(f), None, dtype=object)
-            frames.append(f[self.out_columns])
-        if len(frames) == 1:
-            return frames[0]
-        with warnings.catch_warnings():  # a measure NULL in one pattern's rows keeps the others' type
-            warnings.simplefilter("ignore", FutureWarning)
-            return pd.concat(frames, ignore_index=True)
+            parts.append([cols[c] if c in cols else np.full(n, None, dtype=object) for c in self._out_names])
+        return concat_frames(self._out_names, parts, self._kept)
 
     # -- the static path -------------------------------------------------------------------
 

@@ -7,12 +7,17 @@ matcher's, each once, with its bound rows as provenance."""
 
 from __future__ import annotations
 
+import pickle
+
+import numpy as np
 import pandas as pd
 import pytest
 
 from moirae.patterns import compile_pattern, reference_matches
+from moirae.patterns.spark_buffer import BUFFER_VERSION, KeyBuffer, ProvTable
 from moirae.patterns.spark_processor import IN_ID, IN_IDS, IN_TS, IN_TUS, PatternCore, processor
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
+from moirae.patterns.state import STATE_VERSION
 from tests.patterns.processor_driver import drive, seeded_stream
 
 PATTERNS = {
@@ -69,3 +74,51 @@ def test_the_provenance_is_the_same_whichever_form_the_input_carries_it_in():
     assert [(e, s, tuple(i - 1000 for i in p), t) for e, s, p, t in out["lists"]] == out["bare"]
     ts_us = dict(zip(rows[ROW_ID], us, strict=True))
     assert all(t == tuple(ts_us[i] for i in p) for _, _, p, t in out["bare"])
+
+
+def _as_version(data: bytes, version: int) -> bytes:
+    """A key's saved value re-written as an older version of the buffer wrote it: version 4
+    pickled numpy arrays and the provenance table as they are; version 3 also kept the
+    key's columns among the waiting rows and no shorthand in the provenance table."""
+    kb = KeyBuffer.from_bytes(data)
+    pending, prov = kb.pending, kb.prov
+    if version == 3:
+        if pending is not None:
+            n = len(pending[ROW_ID])
+            pending = {"k": np.array([kb.key[0]] * n, dtype=object), **pending}
+        if prov is not None:
+            ones = np.arange(len(prov) + 1, dtype=np.int64)
+            prov = ProvTable(prov.rid, prov.t, prov._ids(), prov.ids_off if prov.ids_off is not None else ones,
+                             prov._pts(), prov.pts_off if prov.pts_off is not None else ones)
+    sts = tuple(None if m is None else m.__dict__ for m in kb.matchers)
+    return pickle.dumps((version, kb.key, pending, STATE_VERSION, sts, kb.fed_ns, prov, kb.timer))
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_a_state_saved_by_an_older_version_restores(version):
+    """Every step reads its key's state as an older version wrote it (a checkpoint taken
+    before an upgrade): the matches and their provenance are those of the current version."""
+    cp = compile_pattern(PATTERNS["greedy"], name="p", columns={"k": "string", "x": "double", "ts": "timestamp"},
+                         row_id=ROW_ID)
+    rows, batches = seeded_stream(4)
+
+    def older():
+        p = processor(PatternCore(cp, "eid", "ts", ("n",)))
+        init = p.init
+
+        def init_older(handle):
+            saved = handle.state.value
+            if saved is not None and pickle.loads(saved[0])[0] == BUFFER_VERSION:  # written since
+                handle.state.value = (_as_version(saved[0], version),)
+            init(handle)
+
+        p.init = init_older
+        return p
+
+    def records(got: pd.DataFrame) -> list:
+        return sorted((r["eid"], r["n"], tuple(r[PROV_IDS]), tuple(r[PROV_TS])) for r in got.to_dict("records"))
+
+    now, _ = drive(lambda: processor(PatternCore(cp, "eid", "ts", ("n",))), rows, batches, check_late=True)
+    old, saved = drive(older, rows, batches, check_late=True)
+    assert len(now) and records(old) == records(now)
+    assert all(s.value is None for s, _ in saved.values())
