@@ -112,12 +112,15 @@ def archive_batches(archiver: Archiver, stream: str, on_batch: Callable | None =
 
 def _span_us(archiver: Archiver, spec: StreamSpec, typed) -> int:
     """The stream's chunk interval in microseconds, settled first
-    (:meth:`Archiver.settle_interval`). While it is not final (none recorded, a guess or
-    an estimate), one small aggregate of the batch (rows, distinct instants, first and
-    last event time) lets the Archiver choose or revise it before the executors write,
-    as its own append path does; that reads such a batch twice. A final interval needs
-    no aggregate."""
-    if not archiver.interval_from_rate(spec.name) and archiver.catalog.provisional(spec.name) is None:
+    (:meth:`Archiver.settle_interval`). While it waits for a rate (none recorded, or
+    only a guess), one small aggregate of the batch (rows, distinct instants, first and
+    last event time) lets the Archiver choose it before the executors write, as its own
+    append path does; that reads such a batch twice. An estimate is revised from the
+    rows archived so far, as a shared read's is (:mod:`archive.shared`): the batch is
+    written on the estimate's grid, and a revision moves it with the rest; so a young
+    stream's micro-batch is one Spark job, not an aggregate's jobs and then the
+    writers'. A final interval needs nothing."""
+    if not archiver.interval_from_rate(spec.name):
         return archiver.settle_interval(spec.name).span_us
     from pyspark.sql import functions as F
 

@@ -168,3 +168,39 @@ def test_the_archive_query_revises_a_guess_before_its_executors_write(spark, pg)
         assert arch.batch_ids("s") == list(range(len(batches)))
     finally:
         arch.close()
+
+
+@pytest.mark.spark
+def test_the_archive_query_writes_an_estimated_batch_in_one_spark_job(spark, pg):
+    """While the interval is an estimate, each micro-batch through the archive query is
+    one Spark job (the executors' writers): the estimate is revised from the rows
+    archived so far, not from a second pass over the batch. A second job per batch
+    (an aggregate of its rows) fails this; the rows all land, once, on one grid."""
+    from archive.spark_sink import archive_batches
+
+    arch = make_archiver(pg, chunk_target_rows=500_000)
+    try:
+        arch.register_stream(StreamSpec.build("s", "ts", {"k": "text", "v": "double"}))
+        frame = _sparse()
+        days = [frame[(frame["ts"] >= T0 + timedelta(days=2 * i)) & (frame["ts"] < T0 + timedelta(days=2 * i + 2))]
+                for i in range(4)]
+        write = archive_batches(arch, "s")
+        sc = spark.sparkContext
+        jobs = []
+        for i, part in enumerate(days):
+            naive = part.assign(ts=part["ts"].dt.tz_convert("UTC").dt.tz_localize(None))
+            df = spark.createDataFrame(naive[["ts", "k", "v"]])
+            group = f"estimate-{i}-{id(write)}"
+            sc.setJobGroup(group, "one archived batch")
+            try:
+                write(df, i)
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)
+            jobs.append(len(sc.statusTracker().getJobIdsForGroup(group)))
+            if i == 0:  # two days at 3 rows an hour are far from a 500k-row chunk: an estimate
+                assert arch.catalog.provisional("s") == "estimate"
+        assert jobs[1:] == [1, 1, 1], jobs  # the first batch waited for a rate: its aggregate is the second job
+        _check_layout(arch, "s", sum(len(d) for d in days))
+        assert arch.batch_ids("s") == [0, 1, 2, 3]
+    finally:
+        arch.close()
