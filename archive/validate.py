@@ -47,22 +47,27 @@ def text_problem(value: str) -> str | None:
 
 def text_problems(values: pd.Series) -> np.ndarray:
     """:func:`text_problem` of every string in ``values`` (others: None), as an object
-    array. Columns without a NUL or a surrogate (the usual case) cost two vectorised
-    scans and no Python call per row."""
+    array. A column of strings none of which has a NUL, a surrogate or too many
+    characters (the usual case) is checked in one joined string, with no Python call per
+    row; otherwise each suspect string is looked at."""
     out = np.full(len(values), None, dtype=object)
     if not len(values):
         return out
-    s = values.astype(object)
+    arr = values.to_numpy(dtype=object)
     try:
-        acc = s.str
-    except AttributeError:  # no string in the column at all
-        return out
-    suspect = (acc.contains("\x00", regex=False, na=False)
-               | acc.contains(_SURROGATE.pattern, regex=True, na=False)
-               | (acc.len() > MAX_TEXT_CHARS).fillna(False)).to_numpy(dtype=bool)
-    idx = np.flatnonzero(suspect)
-    for i in idx:
-        out[i] = text_problem(s.iat[i])
+        joined = "\x01".join(arr)  # C speed; any value not a str raises
+    except TypeError:
+        joined = None
+    if joined is not None:
+        if "\x00" not in joined and (joined.isascii() or _SURROGATE.search(joined) is None) and (
+                len(joined) <= MAX_TEXT_CHARS or max(map(len, arr)) <= MAX_TEXT_CHARS):
+            return out
+        suspect = np.flatnonzero(["\x00" in v or len(v) > MAX_TEXT_CHARS or _SURROGATE.search(v) is not None
+                                  for v in arr])
+    else:
+        suspect = [i for i, v in enumerate(arr) if isinstance(v, str) and text_problem(v) is not None]
+    for i in suspect:
+        out[i] = text_problem(arr[i])
     return out
 
 
