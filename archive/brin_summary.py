@@ -10,7 +10,11 @@ behind it.
 
 So a :class:`Summarizer` does it in the background, every ``period`` seconds, for the
 stream's present chunks; a reader then asks it (:meth:`Summarizer.now`) for the few
-pages written since its last pass. One summarizer per stream in a process, and one pass
+pages written since its last pass. Given a ``written`` stamp (what this process has
+archived into the stream), a pass is skipped while the stamp has not changed since the
+last one, but made at least every :data:`IDLE_PASS_S` for rows another process wrote:
+a pass reads the catalog and asks every present chunk's index, so at a quarter of a
+short trigger, passes over nothing new were most of the summarizer's cost. One summarizer per stream in a process, and one pass
 at a time (two would queue on the index's lock); a summary that autovacuum is making
 meanwhile is left to it (the reader reads those pages unsummarized: correct, slower).
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from archive.abc import Tier
@@ -30,6 +35,9 @@ from archive.names import partition_name
 __all__ = ["Summarizer", "restore_claimed", "span_chunks", "summarize"]
 
 log = logging.getLogger(__name__)
+
+IDLE_PASS_S = 5.0
+"""The longest a summarizer with a ``written`` stamp goes without a pass."""
 
 
 def restore_claimed(archiver, claims) -> None:
@@ -51,11 +59,17 @@ class Summarizer:
     """Summarizes one stream's BRIN index on its present chunks every ``period`` seconds
     in a thread of its own (started by :meth:`start`, stopped by :meth:`stop`), and on
     demand for a span (:meth:`now`). ``index`` names the index (a callable: it may change
-    while the engine runs, :func:`archive.contributors.ensure_time_index`)."""
+    while the engine runs, :func:`archive.contributors.ensure_time_index`). ``written``
+    (optional) returns a stamp of this process's writes to the stream; a background pass
+    waits for it to change (module doc)."""
 
-    def __init__(self, archiver, stream: str, index, period: float) -> None:
+    def __init__(self, archiver, stream: str, index, period: float,
+                 written: Callable[[], object] | None = None) -> None:
         self.archiver, self.stream, self.index = archiver, stream, index
         self.period = max(float(period), 0.05)
+        self.written = written
+        self._seen: object = None  # the stamp at the last background pass
+        self._last = -1e9  # monotonic time of the last background pass
         self._lock = threading.Lock()  # one pass at a time
         self._names: dict[tuple[str, str], str] = {}  # each chunk's index name (summarize), under _lock
         self._stop = threading.Event()
@@ -63,7 +77,7 @@ class Summarizer:
         #: background passes, ranges they summarized, their seconds; on-demand calls,
         #: their ranges and seconds (those on a reader's path)
         self.stats = {"passes": 0, "ranges": 0, "seconds": 0.0, "now": 0, "now_ranges": 0, "now_seconds": 0.0,
-                      "errors": 0}
+                      "errors": 0, "skipped": 0}
 
     def now(self, lo: datetime, hi: datetime) -> int:
         """Summarize the chunks of ``[lo, hi]`` now (after any pass under way)."""
@@ -109,9 +123,23 @@ class Summarizer:
             self._thread.join(timeout=10)
             self._thread = None
 
+    def due(self) -> bool:
+        """Whether a background pass has anything to do: always without a ``written``
+        stamp; with one, when it changed since the last pass or :data:`IDLE_PASS_S` went by."""
+        if self.written is None:
+            return True
+        stamp = self.written()
+        if stamp != self._seen or time.monotonic() - self._last >= IDLE_PASS_S:
+            self._seen, self._last = stamp, time.monotonic()
+            return True
+        return False
+
     def _run(self) -> None:
         logged = -1e9
         while not self._stop.wait(self.period):
+            if not self.due():
+                self.stats["skipped"] += 1
+                continue
             try:
                 self.run_once()
             except Exception as exc:  # a reader summarizes on its own: count, log once a minute, go on

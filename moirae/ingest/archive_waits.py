@@ -49,6 +49,7 @@ class ArchiveWaits:
         self._waiting: dict[object, tuple[datetime, list[str]]] = {}
         self._empty_batch: dict[str, bool] = {}
         self._caught_up: dict[str, float] = {}  # stream -> start (wall s) of its last empty archive batch
+        self._written: dict[str, int] = {}  # stream -> batches with rows archived so far
         self.counts = {"count": 0, "timed_out": 0, "caught_up_idle": 0, "seconds": 0.0, "timeouts_by_stream": {}}
 
     def archived(self, name: str, result) -> None:
@@ -56,12 +57,20 @@ class ArchiveWaits:
         with self._cond:
             if result.rows == 0 and not result.duplicate:
                 self._empty_batch[name] = True
+            elif result.rows and not result.duplicate:
+                self._written[name] = self._written.get(name, 0) + 1
             if result.max_ts is None:
                 return
             prev = self._upto.get(name)
             if prev is None or result.max_ts > prev:
                 self._upto[name] = result.max_ts
             self._cond.notify_all()
+
+    def written(self, name: str) -> int:
+        """How many batches with rows this process has archived into ``name``: a stamp
+        that changes whenever the stream's newest pages do (by this process's writes)."""
+        with self._cond:
+            return self._written.get(name, 0)
 
     def batch_done(self, name: str, started: float) -> None:
         """A source's archive batch that began at ``started`` (wall s) committed; an

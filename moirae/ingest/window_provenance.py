@@ -54,9 +54,11 @@ class ArchiveResolver:
         #: the stream's rows are written sorted by the windows' keys (the first such
         #: resolver of the stream wins), so its BRIN index skips other keys' rows
         self.cluster = ensure_time_index(archiver, spec.stream, spec.keys)
-        #: the stream's BRIN summaries kept up with its newest rows every quarter trigger, off
-        #: the batch thread (archive.brin_summary), from when the query starts
-        self.summaries = Summarizer(archiver, spec.stream, lambda: time_index(archiver, spec.stream), trigger_s / 4)
+        #: the stream's BRIN summaries kept up with its newest rows every quarter trigger
+        #: after this process archived more of it, off the batch thread
+        #: (archive.brin_summary), from when the query starts
+        self.summaries = Summarizer(archiver, spec.stream, lambda: time_index(archiver, spec.stream), trigger_s / 4,
+                                    written=lambda: waits.written(spec.stream))
         self._lock = threading.Lock()
         #: windows resolved; read again after waiting; tuples removed as dropped by Spark;
         #: windows left unmatched; seconds waiting for the archive to reach the windows'
