@@ -79,6 +79,7 @@ class EventFlow:
         self.shared: list[SharedArchive] = []  # the inputs this query's read archives (archive.shared)
         self.streaming = None  # set before the shared reads name this flow as their reader
         self.started = float("inf")  # wall time its streaming query started (moirae.runtime.idle)
+        self.stopped = False  # stopped for good by stop() (until started again): its read archives no more
         #: set when its monitor is retired: a micro-batch under way gives up at its next step
         #: (uncommitted, so it replays from the checkpoint if deployed again), a new one at once
         self.retired = False
@@ -195,6 +196,7 @@ class EventFlow:
             self._commit_shared(int(batch_id))  # a replay that delivered nothing still commits
 
         self.started = time.time()  # wall clock, for the idle probe of the inputs its read archives
+        self.stopped = False
         self.streaming = (writer.queryName(f"event_{self.query.name}").foreachBatch(fn)
                           .option("checkpointLocation", checkpoint).trigger(processingTime=trigger).start())
         if self.adapter is not None:
@@ -213,6 +215,9 @@ class EventFlow:
         if self.streaming is not None:
             stop_between_batches(self.streaming, grace)
             self.streaming = None
+        self.stopped = True
+        for sh in self.shared:  # the other event-queries' waits on what its read archived end now
+            self.sources.reader_stopped(sh.stream)
         if self.ankn_streaming is not None:
             stop_between_batches(self.ankn_streaming, grace)
             self.ankn_streaming = None

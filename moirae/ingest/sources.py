@@ -52,6 +52,7 @@ class SharedReader(Protocol):
 
     streaming: Any
     started: float
+    stopped: bool  # its query was stopped for good (until started again): it archives no more
 
 
 class SourceRegistry:
@@ -131,6 +132,12 @@ class SourceRegistry:
             src.shared_by = src.reader = None
             (self.checkpoint_dir(name) / MARKER).unlink(missing_ok=True)
 
+    def reader_stopped(self, name: str) -> None:
+        """The event-query whose read archives the shared source ``name`` was stopped:
+        nothing more of it is archived, so waits on it end now instead of at their
+        timeout (:meth:`live` no longer lists it)."""
+        self.waits.stopped(name)
+
     def shared_committed(self, name: str, result, started: float | None) -> None:
         """An event-query committed its micro-batch of the shared source ``name``."""
         self.waits.archived(name, result)
@@ -163,11 +170,13 @@ class SourceRegistry:
                      .trigger(processingTime=trigger).start())
 
     def stop(self, grace_s: float) -> None:
-        """Stop every archive query between batches."""
+        """Stop every archive query between batches; waits on their streams end (those
+        streams are archived no further)."""
         for src in self.by_name.values():
             if src.query is not None:
                 stop_between_batches(src.query, grace_s)
                 src.query = None
+                self.waits.stopped(src.name)
 
     def remove(self, name: str, grace_s: float) -> Source | None:
         """Stop the archive query of source ``name`` between batches and unregister it
@@ -187,8 +196,15 @@ class SourceRegistry:
     # -- what the archive waits ask (moirae.ingest.archive_waits.ArchivedStreams) -----
 
     def live(self, streams: Iterable[str]) -> list[str]:
-        return [s for s in streams
-                if s in self.by_name and (self.by_name[s].query is not None or self.by_name[s].shared_by)]
+        """The streams among ``streams`` still being archived: by their own archive query,
+        or by an event-query's read not yet stopped (one not started yet counts: its
+        first batch will archive them)."""
+        def live(src: Source) -> bool:
+            if src.query is not None:
+                return True
+            return bool(src.shared_by) and not getattr(src.reader, "stopped", False)
+
+        return [s for s in streams if s in self.by_name and live(self.by_name[s])]
 
     def is_sparse(self, name: str) -> bool:
         return self.by_name[name].sparse

@@ -141,6 +141,31 @@ def test_a_sparse_input_with_nothing_new_ends_the_wait_without_its_timeout(spark
         engine.close()
 
 
+def test_a_wait_on_an_input_whose_archiving_read_stopped_ends_without_its_timeout(spark, pg, tmp_path, monkeypatch):
+    """``users`` is archived by the read of the ``logins`` event-query (archive.shared).
+    Once that query is stopped for good (as the engine's stop does, one flow after the
+    other), nothing more of ``users`` will be archived: an ``overload`` event's context
+    wait on it ends at once with what is archived, neither waiting out its timeout nor
+    counted as one. Before, the stopped reader's input still counted as live."""
+    monkeypatch.delenv("MOIRAE_PG_DSN", raising=False)
+    engine, m_dir, u_dir = _users_engine(spark, pg, tmp_path, sparse=False, shared_users=True)
+    try:
+        assert engine.sources.by_name["users"].shared_by == "logins"
+        _csv(u_dir, "u0.csv", {"ts": [1.0], "sid": ["s1"], "user": ["alice"]})
+        engine.start()
+        _until("users archived", lambda: "users" in engine.live_status()["archived_upto"])
+        engine.deploy.flows["logins"].stop()
+        assert engine.sources.live(["users", "metrics"]) == ["metrics"]
+        _csv(m_dir, "m0.csv", {"ts": [2.0, 5.0, 9.0, 60.0], "sid": ["s1", "s1", "s1", "s2"],
+                               "bw": [500.0, 500.0, 500.0, 1.0]})
+        eid = _until("the event", lambda: engine.deploy.events.list(event="overload"))[0].eid
+        assert [t["user"] for t in engine.deploy.events.get(eid).context] == ["alice"]
+        waits = engine.live_status()["archive_waits"]
+        assert waits["timed_out"] == 0 and waits["timeouts_by_stream"] == {}
+    finally:
+        engine.close()
+
+
 def test_events_archived_but_never_processed_are_recovered_at_start(spark, pg, tmp_path, monkeypatch):
     """A crash after Spark committed a batch, before the event worker processed it: the
     events are in ev_<name> but not in the event log; recovery processes them once."""
