@@ -39,6 +39,9 @@ class Catalog:
         self._intervals: dict[str, timedelta] = {}
         self._provisional: dict[str, str] = {}
         self._cluster: dict[str, tuple[str, ...]] = {}
+        #: per stream, the archived rows when its provisional estimate was last checked
+        #: against them (archive.chunks.settle)
+        self.estimated_at: dict[str, int] = {}
         with self.transaction() as conn, conn.cursor() as cur:
             open_schema(cur, f"schema {db.schema!r}" if db.schema else "the database's public schema")
         self._load()

@@ -391,7 +391,12 @@ def settle(catalog: Catalog, stream: str, batch: Evidence | None = None,
     Not rate-chosen: the configured interval, else ``chunk_span``, fixed at once. No
     interval yet and no estimate: ``chunk_span`` as a guess. Otherwise the estimate's
     :data:`LADDER` step; a guess is revised to it, an estimate only when the new one is
-    far (:func:`_far`). ``present``: the memory mirror to forget the moved chunks in."""
+    far (:func:`_far`). ``present``: the memory mirror to forget the moved chunks in.
+
+    Without ``batch``, an estimate is checked against the archived rows again only once
+    they have grown by :data:`RECHECK_GROWTH` since its last check: the check counts the
+    stream's distinct instants, a scan of every row, and a writer asks before each batch;
+    an estimate moves little until the rows behind it have grown that much."""
     fixed = catalog.interval(stream)
     state = catalog.provisional(stream)
     if fixed is not None and state is None:
@@ -403,10 +408,14 @@ def settle(catalog: Catalog, stream: str, batch: Evidence | None = None,
         return catalog.grid_of(stream)
     ev = batch or Evidence()
     if fixed is not None:
-        seen = _archived(catalog, stream)
+        recheck = batch is None and state == "estimate"
+        seen = _archived(catalog, stream, catalog.estimated_at.get(stream, 0) * RECHECK_GROWTH if recheck else 0)
         if seen is None:  # no longer young: the interval stays as it is, for good
             _record(catalog, stream, fixed, None, fixed)
             return ChunkGrid(fixed)
+        if seen is _UNCHANGED:
+            return ChunkGrid(fixed)
+        catalog.estimated_at[stream] = seen.rows
         ev = seen + ev
     ideal = ev.ideal(settings.chunk_target_rows)
     if ideal is None:
@@ -421,6 +430,7 @@ def settle(catalog: Catalog, stream: str, batch: Evidence | None = None,
     if chosen != fixed and (state == "guess" or _far(ideal, fixed)):
         outcome = revise(catalog, catalog.stream(stream), fixed, chosen, present)
         if outcome == "busy":  # tried again with the next batch
+            catalog.estimated_at.pop(stream, None)
             return catalog.grid_of(stream)
         if outcome == "refused":
             settled = True
@@ -441,12 +451,24 @@ def _far(ideal: timedelta, current: timedelta) -> bool:
     return ideal < current / 2 or ideal > current * 4
 
 
-def _archived(catalog: Catalog, stream: str) -> Evidence | None:
+_UNCHANGED = Evidence()
+"""What :func:`_archived` returns for a young stream with fewer rows than asked for."""
+
+RECHECK_GROWTH = 2
+"""How much a young stream's archived rows grow before a provisional estimate is checked
+against them again (:func:`settle`; :func:`_far` revises only past 2x either way)."""
+
+
+def _archived(catalog: Catalog, stream: str, min_rows: int = 0) -> Evidence | None:
     """The evidence of every row of a young stream (module doc), or None when the
-    stream is no longer young (or any chunk is not present, or derived data exists)."""
+    stream is no longer young (or any chunk is not present, or derived data exists);
+    :data:`_UNCHANGED` (not read) while it holds fewer than ``min_rows`` rows."""
     with catalog.transaction() as conn, conn.cursor() as cur:
-        if not _young(cur, stream):
+        rows = _young_rows(cur, stream)
+        if rows is None:
             return None
+        if rows < min_rows:
+            return _UNCHANGED
         ts = quote(catalog.stream(stream).ts_col)
         cur.execute(f"SELECT count(*), count(DISTINCT {ts}), (extract(epoch FROM min({ts})) * 1e6)::bigint, "
                     f"(extract(epoch FROM max({ts})) * 1e6)::bigint FROM {quote(stream)}")
@@ -456,11 +478,17 @@ def _archived(catalog: Catalog, stream: str) -> Evidence | None:
 
 def _young(cur, stream: str) -> bool:
     """Inside the caller's transaction: whether the stream's interval may still be revised."""
+    return _young_rows(cur, stream) is not None
+
+
+def _young_rows(cur, stream: str) -> int | None:
+    """Inside the caller's transaction: the young stream's archived rows (the catalog's
+    count), or None when its interval may no longer be revised."""
     cur.execute("SELECT count(*), coalesce(sum(rows), 0), count(*) FILTER (WHERE dropped OR tier <> 'present' "
                 "OR cardinality(indexes) > 0 OR cardinality(materialized) > 0) FROM moirae_chunks WHERE stream = %s",
                 (stream,))
     n, rows, blocked = cur.fetchone()
-    return n <= YOUNG_CHUNKS and rows <= YOUNG_ROWS and not blocked
+    return int(rows) if n <= YOUNG_CHUNKS and rows <= YOUNG_ROWS and not blocked else None
 
 
 def revise(catalog: Catalog, spec: StreamSpec, current: timedelta, new: timedelta,

@@ -204,3 +204,35 @@ def test_the_archive_query_writes_an_estimated_batch_in_one_spark_job(spark, pg)
         assert arch.batch_ids("s") == [0, 1, 2, 3]
     finally:
         arch.close()
+
+
+@pytest.mark.spark
+def test_an_estimate_is_checked_again_only_as_the_archived_rows_double(spark, pg):
+    """Through the archive query: before each batch, a provisional estimate is checked
+    against every archived row (a count of distinct instants over the whole stream)
+    only once the stream's rows have doubled since its last check (RECHECK_GROWTH); in
+    between the batch goes on the estimate's grid. Every row still lands once."""
+    from archive.chunks import RECHECK_GROWTH
+    from archive.spark_sink import archive_batches
+
+    arch = make_archiver(pg, chunk_target_rows=500_000)
+    try:
+        arch.register_stream(StreamSpec.build("s", "ts", {"k": "text", "v": "double"}))
+        frame = _sparse()
+        days = [frame[(frame["ts"] >= T0 + timedelta(days=i)) & (frame["ts"] < T0 + timedelta(days=i + 1))]
+                for i in range(12)]
+        write = archive_batches(arch, "s")
+        checked: list[int | None] = []
+        for i, part in enumerate(days):
+            naive = part.assign(ts=part["ts"].dt.tz_convert("UTC").dt.tz_localize(None))
+            write(spark.createDataFrame(naive[["ts", "k", "v"]]), i)
+            checked.append(arch.catalog.estimated_at.get("s"))
+        assert arch.catalog.provisional("s") == "estimate"
+        per_day = len(days[0])
+        # the rows each check saw: the archive before batches 1, 2, 4, 8 (1, 2, 4, 8 days)
+        seen = sorted({c for c in checked if c is not None})
+        assert seen == [per_day * d for d in (1, 2, 4, 8)], (seen, per_day)
+        assert all(b >= RECHECK_GROWTH * a for a, b in zip(seen, seen[1:], strict=False))
+        _check_layout(arch, "s", sum(len(d) for d in days))
+    finally:
+        arch.close()
