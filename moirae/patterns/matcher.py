@@ -225,6 +225,14 @@ class Matcher:
             return [], None
         return self._close(state, None, [], end=True)
 
+    @staticmethod
+    def held_rows(state: KeyState | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The row ids and event times (ns) of the rows ``state`` holds (None: none): every
+        row a match it may still emit can bind."""
+        if state is None or not state.buf or _RID not in state.buf:
+            return None
+        return state.buf[_RID], state.buf[_TS]
+
     def next_deadline(self, state: KeyState | None) -> int | None:
         """The earliest event time (ns) at which a live run's WITHIN passes (a timer to set)."""
         if state is None:

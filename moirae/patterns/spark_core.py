@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from hashlib import blake2b as _blake2b
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,7 @@ IN_IDS, IN_TS = "moirae_pat_in_ids", "moirae_pat_in_ts"
 IN_ID, IN_TUS = "moirae_pat_in_id", "moirae_pat_in_tus"
 PROV_INPUT = (IN_IDS, IN_TS, IN_ID, IN_TUS)
 _NS_PER_MS = 1_000_000
+_DT64_NS = np.dtype("datetime64[ns]")
 
 
 def _utc_ns(s: pd.Series) -> pd.Series:
@@ -117,33 +119,40 @@ class PatternCore:
         else:
             self.dead_seen.extend(dead)
 
-    def rows(self, matches: list[Match], prov: dict) -> pd.DataFrame:
+    def rows(self, matches: list[Match], prov: dict | ProvTable) -> pd.DataFrame:
         """The matches as output rows (eid, ts, keys, measures, provenance arrays: the
-        source ids, and the source times in microseconds); ``prov``: row id -> (source
-        ids, source times ns) (:meth:`ProvTable.lookup`), at least of the bound rows."""
+        source ids, and the source times in microseconds); ``prov``: the key's
+        :class:`ProvTable`, or row id -> (source ids, source times ns)
+        (:meth:`ProvTable.lookup`), at least of the bound rows."""
         cols = self.row_columns(matches, prov)
         return fast_frame(tuple(cols), list(cols.values()), self.kept)
 
-    def row_columns(self, matches: list[Match], prov: dict) -> dict:
-        """:meth:`rows` as a dict of columns."""
+    def row_columns(self, matches: list[Match], prov: dict | ProvTable) -> dict:
+        """:meth:`rows` as a dict of columns (a measure whose values are all Python ints,
+        or all floats, as the numpy array the ``DataFrame`` constructor makes of them)."""
         cp = self.cp
         n = len(matches)
         ids_col, ts_col = np.empty(n, dtype=object), np.empty(n, dtype=object)
-        for j, m in enumerate(matches):
-            ids: list[int] = []
-            tss: list[int] = []
-            for rid, _sym in m.rows:
-                pids, pts = prov.get(rid, ((rid,), ()))
-                ids.extend(pids)
-                tss.extend(pts)
-            ids_col[j] = [int(i) for i in ids]
-            ts_col[j] = [int(t) // 1000 for t in tss]
+        if isinstance(prov, ProvTable):
+            id_lists, us_lists = prov.columns([[rid for rid, _sym in m.rows] for m in matches])
+            for j in range(n):
+                ids_col[j], ts_col[j] = id_lists[j], us_lists[j]
+        else:
+            for j, m in enumerate(matches):
+                ids: list[int] = []
+                tss: list[int] = []
+                for rid, _sym in m.rows:
+                    pids, pts = prov.get(rid, ((rid,), ()))
+                    ids.extend(pids)
+                    tss.extend(pts)
+                ids_col[j] = [int(i) for i in ids]
+                ts_col[j] = [int(t) // 1000 for t in tss]
         last = np.fromiter((_utc_value(m.last_ts) for m in matches), np.int64, n)
         out: dict = {self.eid: _objects([event_id(cp.name, m) for m in matches]), self.ts: utc_times(last)}
         for i, k in enumerate(cp.partition_by):
             out[k] = _objects([m.key[i] for m in matches])
         for name in self.measures:
-            out[name] = [_plain(m.measures.get(name)) for m in matches]
+            out[name] = _typed([_plain(m.measures.get(name)) for m in matches])
         out[PROV_IDS], out[PROV_TS] = ids_col, ts_col
         return out
 
@@ -151,7 +160,8 @@ class PatternCore:
 
     def take(self, buf: KeyBuffer, frame: pd.DataFrame, key: tuple | None = None,
              columns: tuple[str, ...] | None = None) -> None:
-        """Add a key's new rows to ``buf``: their provenance, and the rows to ``pending``
+        """Add a key's new rows to ``buf``: their provenance (none while every row is its
+        own source tuple, :attr:`KeyBuffer.own_t`), and the rows to ``pending``
         (event time as int64 ns UTC, the row id, and ``columns``, by default those the
         pattern reads; the key's columns are ``buf.key``), kept in ``(event time, row id)``
         order; a row not later than what was already fed is late beyond the watermark and
@@ -164,17 +174,22 @@ class PatternCore:
         cols = _arrays(frame, t, wanted)
         if buf.key is None:
             buf.key = self.key_of(frame, key)
-        if buf.fed_ns is not None:
+        if buf.fed_ns is not None and len(cols[t]) and cols[t].min() <= buf.fed_ns:  # some rows are late
             keep = cols[t] > buf.fed_ns
-            kept = np.count_nonzero(keep)
-            if kept < len(keep):
-                if not kept:
-                    return
-                cols = {c: a[keep] for c, a in cols.items()}
+            if not np.count_nonzero(keep):
+                return
+            cols = {c: a[keep] for c, a in cols.items()}
         prov = prov_table(cols, t)
-        buf.prov = prov if buf.prov is None else buf.prov.extend(prov)
+        own = buf.prov is None and prov.ids is None and prov.pts is None and prov.ids_off is None \
+            and prov.pts_off is None  # rows that are their own source tuple, and no table kept yet: none kept
+        if not own:
+            buf.prov = prov if buf.prov is None else buf.prov.extend(prov)
         p = buf.pending
         buf.pending = _in_order(cols if p is None else {c: np.concatenate([p[c], a]) for c, a in cols.items()}, t)
+        buf.ordered = True
+        if own:  # the latest of them (pending holds every row taken since the last feed, in order)
+            last = int(buf.pending[t][-1])
+            buf.own_t = last if buf.own_t is None else max(buf.own_t, last)
 
     def key_of(self, frame: pd.DataFrame, key: tuple | None) -> tuple:
         """The key as the matcher names it: Spark's grouping key when its values are plain
@@ -189,6 +204,16 @@ class PatternCore:
         p = buf.pending
         if p is None or wm_ns is None:
             return None
+        if buf.ordered:  # the rows the watermark passed are a prefix
+            ts = p[self.cp.order_by]
+            n = int(ts.searchsorted(wm_ns, side="right"))
+            if n == len(ts):
+                buf.pending = None
+                return p
+            if not n:
+                return None
+            buf.pending = {c: a[n:] for c, a in p.items()}
+            return {c: a[:n] for c, a in p.items()}
         past = p[self.cp.order_by] <= wm_ns
         n = np.count_nonzero(past)
         if n == len(past):
@@ -263,7 +288,7 @@ def _arrays(frame: pd.DataFrame, t: str, wanted) -> dict[str, np.ndarray]:
     names = frame.columns
     if not hasattr(mgr, "blknos") or not names.is_unique:
         return {c: (_ns(frame[c]) if c == t else frame[c].to_numpy()) for c in names if c in wanted}
-    blocks, blknos, blklocs = mgr.blocks, mgr.blknos, mgr.blklocs
+    blocks, blknos, blklocs = mgr.blocks, mgr.blknos.tolist(), mgr.blklocs.tolist()
     out = {}
     for i, c in enumerate(names.tolist()):
         if c not in wanted:
@@ -285,7 +310,7 @@ def _arrays(frame: pd.DataFrame, t: str, wanted) -> dict[str, np.ndarray]:
 def _ns_of(a) -> np.ndarray:
     """A datetime array (numpy, or pandas' with or without a time zone) as int64 ns UTC."""
     if isinstance(a, np.ndarray):
-        return a.astype("datetime64[ns]", copy=False).view(np.int64)
+        return a.astype(_DT64_NS, copy=False).view(np.int64)
     return (a if a.unit == "ns" else a.as_unit("ns")).asi8
 
 
@@ -318,6 +343,19 @@ def _utc_value(v) -> int:
     return v.value if type(v) is pd.Timestamp else pd.Timestamp(v).value
 
 
+def _typed(values: list):
+    """``values`` as the ``DataFrame`` constructor holds them when they are all Python
+    ints (int64) or all floats (float64); any other list as it is (the constructor then
+    infers its type)."""
+    t = type(values[0]) if values else None
+    if (t is int or t is float) and all(type(v) is t for v in values):
+        try:
+            return np.array(values, dtype=np.int64 if t is int else np.float64)
+        except OverflowError:  # an int beyond int64: the constructor's own inference
+            pass
+    return values
+
+
 def _plain(v):
     if isinstance(v, np.generic):
         return v.item()
@@ -333,10 +371,8 @@ def event_id(pattern: str, m: Match) -> str:
     >>> event_id("p", m) == event_id("p", Match("p", ("v1",), 7, 0, 1, 11, 12, ()))
     True
     """
-    import hashlib
-
-    text = repr((pattern, tuple(str(k) for k in m.key), str(m.first_row_id), str(m.last_row_id)))
-    return f"{pattern}-{hashlib.blake2b(text.encode(), digest_size=8).hexdigest()}"
+    text = repr((pattern, tuple(map(str, m.key)), str(m.first_row_id), str(m.last_row_id)))
+    return f"{pattern}-{_blake2b(text.encode(), digest_size=8).hexdigest()}"
 
 
 def prov_of(frame: pd.DataFrame, ts_col: str) -> dict:

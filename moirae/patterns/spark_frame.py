@@ -36,8 +36,13 @@ except ImportError:  # pragma: no cover - another pandas: the constructor
 #: numpy dtype kinds the constructor keeps as they are
 _PLAIN = frozenset("biufc")
 _UTC = pd.DatetimeTZDtype("ns", "UTC")
+try:
+    _INFER_STRING = bool(pd.get_option("future.infer_string"))
+except (KeyError, pd.errors.OptionError):  # pragma: no cover - a pandas without the option
+    _INFER_STRING = False
 _COLUMNS: dict[tuple[str, ...], pd.Index] = {}
 _ROWS: dict[int, pd.RangeIndex] = {}
+_PLACES: list = []
 _CACHED = 256  # the most indexes of either kind kept
 
 
@@ -107,7 +112,7 @@ def _values(name: str, v, kept: frozenset, n: int):
     """Column ``v`` as the constructor holds it (a 1-d numpy or pandas array)."""
     if type(v) is np.ndarray and v.ndim == 1:
         kind = v.dtype.kind
-        if not (kind in _PLAIN or (kind == "O" and name in kept)):
+        if not (kind in _PLAIN or (kind == "O" and (name in kept or _strings(v)))):
             v = maybe_coerce_values(extract_array(maybe_infer_to_datetimelike(v) if kind == "O"
                                                   else sanitize_array(v, None), extract_numpy=True))
     elif type(v) is DatetimeArray and v.ndim == 1:
@@ -120,11 +125,26 @@ def _values(name: str, v, kept: frozenset, n: int):
     return v
 
 
+def _strings(v: np.ndarray) -> bool:
+    """Whether every value of an array of objects is a ``str`` (which the constructor
+    keeps as it is, unless pandas infers strings as its own type)."""
+    return not _INFER_STRING and len(v) > 0 and all(type(x) is str for x in v)
+
+
+def _places(n: int) -> list:
+    """The placements of a frame's ``n`` one-column blocks (immutable, shared, as pandas
+    shares them between blocks)."""
+    while len(_PLACES) < n:
+        _PLACES.append(BlockPlacement(slice(len(_PLACES), len(_PLACES) + 1)))
+    return _PLACES
+
+
 def _frame(names: tuple[str, ...], values: list, n: int) -> pd.DataFrame:
     """The frame of columns as :func:`_values` gives them."""
     blocks = []
+    places = _places(len(values))
     for i, v in enumerate(values):
-        place = BlockPlacement(slice(i, i + 1))
+        place = places[i]
         if type(v) is np.ndarray:
             blocks.append(NumpyBlock(v.reshape(1, n), place, 2))
         else:

@@ -44,6 +44,7 @@ import pandas as pd
 
 from moirae.patterns.spark_buffer import KeyBuffer
 from moirae.patterns.spark_core import IN_ID, IN_IDS, IN_TS, IN_TUS, PatternCore, event_id
+from moirae.patterns.spark_schema import ROW_ID
 from moirae.patterns.spark_set import PatternSet
 
 _NS_PER_MS = 1_000_000
@@ -93,15 +94,23 @@ def processor(patterns: PatternCore | PatternSet):
                 ps.take(buf, new, key)
             ready = ps.ready(buf, wm_ns)
             got: list = []
+            held = ps.held(buf) if buf.own_t is not None else []  # the rows a match may bind, before the step
             if wm_ns is not None and (ready is not None or buf.matchers):
                 got = ps.feed(buf, ready, ps.watermark(wm_ns),
                               lambda i: None if raw is None else KeyBuffer.from_bytes(raw).matcher_of(i))
                 buf.fed_ns = wm_ns if buf.fed_ns is None else max(buf.fed_ns, wm_ns)
-            out = ps.rows(got, buf.prov.lookup(ps.bound_rows(got)) if buf.prov is not None else {}) if got else None
-            if buf.prov is not None and buf.fed_ns is not None and ps.within_ns is not None:
-                buf.prov = buf.prov.since(buf.fed_ns - 2 * ps.within_ns)  # no run reaches further back
+            out = None
+            if got:
+                prov = buf.own_rows(held, None if ready is None else (ready[ROW_ID], ready[ps.order_by]))
+                out = ps.rows(got, prov if prov is not None else {})
+            if buf.fed_ns is not None and ps.within_ns is not None:
+                floor = buf.fed_ns - 2 * ps.within_ns  # no run reaches further back
+                if buf.prov is not None:
+                    buf.prov = buf.prov.since(floor)
+                if buf.own_t is not None and buf.own_t < floor:
+                    buf.own_t = None
             self._timer(buf, fired)
-            if buf.pending is None and not buf.matchers and buf.prov is None:
+            if buf.pending is None and not buf.matchers and buf.prov is None and buf.own_t is None:
                 if saved is not None:
                     self.state.clear()
             else:
@@ -116,7 +125,8 @@ def processor(patterns: PatternCore | PatternSet):
             any pattern); Spark deletes a ``fired`` timer itself once its handler returns."""
             due = None
             if buf.pending is not None:
-                due = int(buf.pending[ps.order_by].min())
+                ts = buf.pending[ps.order_by]
+                due = int(ts[0] if buf.ordered else ts.min())
             deadline = ps.next_deadline(buf)
             if deadline is not None:
                 due = int(deadline) if due is None else min(due, int(deadline))

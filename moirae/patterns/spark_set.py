@@ -32,7 +32,7 @@ import pandas as pd
 
 from moirae.patterns.errors import PatternError, PatternSyntaxError
 from moirae.patterns.match import Match
-from moirae.patterns.spark_buffer import KeyBuffer
+from moirae.patterns.spark_buffer import KeyBuffer, ProvTable
 from moirae.patterns.spark_core import PatternCore
 from moirae.patterns.spark_frame import concat as concat_frames
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
@@ -94,8 +94,9 @@ class PatternSet:
 
     def ready(self, buf: KeyBuffer, wm_ns: int | None) -> dict[str, np.ndarray] | None:
         """The rows of ``buf`` the watermark has passed, in ``(event time, row id)`` order."""
+        ordered = buf.ordered
         r = self.head.ready(buf, wm_ns)
-        if r is None or len(r[self.order_by]) < 2:
+        if r is None or ordered or len(r[self.order_by]) < 2:
             return r
         ts, rid = r[self.order_by], r[ROW_ID]
         if np.count_nonzero(ts[1:] <= ts[:-1]):  # not strictly increasing: sort
@@ -130,21 +131,28 @@ class PatternSet:
         buf.matchers = tuple(states) if any(s is not None for s in states) else ()
         return out
 
-    @staticmethod
-    def bound_rows(got: list[tuple[PatternCore, list[Match]]]) -> set:
-        """The ids of the rows the matches ``got`` bind (whose provenance they carry)."""
-        return {rid for _, ms in got for m in ms for rid, _sym in m.rows}
+    def held(self, buf: KeyBuffer) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The row ids and event times of the rows the patterns' states in ``buf`` hold
+        (:meth:`moirae.patterns.Matcher.held_rows`)."""
+        out = []
+        for st in buf.matchers:
+            h = None if st is None else self.head.matcher.held_rows(st)
+            if h is not None:
+                out.append(h)
+        return out
 
     def next_deadline(self, buf: KeyBuffer) -> int | None:
         """The earliest WITHIN deadline (ns) of a live run of any pattern on the key."""
+        if not buf.matchers:
+            return None
         ds = [d for i, c in enumerate(self.cores) if (d := c.matcher.next_deadline(buf.matcher_of(i))) is not None]
         return min(ds, default=None)
 
     # -- output ----------------------------------------------------------------------------
 
-    def rows(self, got: list[tuple[PatternCore, list[Match]]], prov: dict) -> pd.DataFrame:
+    def rows(self, got: list[tuple[PatternCore, list[Match]]], prov: dict | ProvTable) -> pd.DataFrame:
         """The matches as output rows, in :attr:`out_columns` order (a measure a pattern
-        lacks is NULL in its rows)."""
+        lacks is NULL in its rows); ``prov`` as :meth:`PatternCore.rows` takes it."""
         if self.tag is None:
             return self.head.rows(got[0][1] if got else [], prov)
         parts = []  # per pattern that matched: its rows' columns, in :attr:`out_columns` order

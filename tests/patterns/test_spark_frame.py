@@ -46,6 +46,11 @@ def test_a_frame_is_the_constructors(n):
     pd.testing.assert_frame_equal(got, pd.DataFrame(cols, copy=False))
 
 
+def test_strings_not_kept_are_the_constructors():
+    cols = {"s": _objects(["a", "2024-01-01", ""]), "mixed": _objects(["a", 1, None]), "none": _objects([None] * 3)}
+    pd.testing.assert_frame_equal(frame(tuple(cols), list(cols.values())), pd.DataFrame(cols))
+
+
 def test_object_columns_not_kept_are_inferred_as_the_constructor_does():
     cols = {"stamps": _objects([T, T]), "lists": _objects([[1], [2]])}
     assert frame(tuple(cols), list(cols.values())).dtypes.tolist() == pd.DataFrame(cols).dtypes.tolist()

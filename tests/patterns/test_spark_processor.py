@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from moirae.patterns import compile_pattern, reference_matches
-from moirae.patterns.spark_buffer import BUFFER_VERSION, KeyBuffer, ProvTable
+from moirae.patterns.spark_buffer import BUFFER_VERSION, KeyBuffer, ProvTable, _pack, _pack_cols
 from moirae.patterns.spark_processor import IN_ID, IN_IDS, IN_TS, IN_TUS, PatternCore, processor
 from moirae.patterns.spark_schema import PROV_IDS, PROV_TS, ROW_ID
 from moirae.patterns.state import STATE_VERSION
@@ -77,11 +77,21 @@ def test_the_provenance_is_the_same_whichever_form_the_input_carries_it_in():
 
 
 def _as_version(data: bytes, version: int) -> bytes:
-    """A key's saved value re-written as an older version of the buffer wrote it: version 4
-    pickled numpy arrays and the provenance table as they are; version 3 also kept the
-    key's columns among the waiting rows and no shorthand in the provenance table."""
+    """A key's saved value re-written as an older version of the buffer wrote it: before
+    version 6 every row had an entry in the provenance table (now a row that is its own
+    source tuple has none: its id and time are the waiting rows' and the matcher states');
+    version 5 saved numeric arrays as raw bytes, version 4 pickled numpy arrays and the
+    provenance table as they are; version 3 also kept the key's columns among the waiting
+    rows and no shorthand in the provenance table."""
     kb = KeyBuffer.from_bytes(data)
     pending, prov = kb.pending, kb.prov
+    if kb.own_t is not None:  # the rows that are their own source: entries of the table, before its own
+        held = [(m.buf["__rid"], m.buf["__ts"]) for m in kb.matchers if m is not None and m.buf]
+        if pending is not None:
+            held.append((pending[ROW_ID], pending["ts"]))
+        own = ProvTable.of_single(np.concatenate([h[0] for h in held]), np.concatenate([h[1] for h in held]),
+                                  None, None)
+        prov = own if prov is None else own.extend(prov)
     if version == 3:
         if pending is not None:
             n = len(pending[ROW_ID])
@@ -90,17 +100,26 @@ def _as_version(data: bytes, version: int) -> bytes:
             ones = np.arange(len(prov) + 1, dtype=np.int64)
             prov = ProvTable(prov.rid, prov.t, prov._ids(), prov.ids_off if prov.ids_off is not None else ones,
                              prov._pts(), prov.pts_off if prov.pts_off is not None else ones)
+    if version == 5:
+        sts = tuple(None if m is None else {**m.__dict__, "buf": _pack_cols(m.buf)} for m in kb.matchers)
+        packed = None if prov is None else tuple(_pack(a) for a in (prov.rid, prov.t, prov.ids, prov.ids_off,
+                                                                     prov.pts, prov.pts_off))
+        return pickle.dumps((5, kb.key, _pack_cols(pending), STATE_VERSION, sts, kb.fed_ns, packed, kb.timer))
     sts = tuple(None if m is None else m.__dict__ for m in kb.matchers)
     return pickle.dumps((version, kb.key, pending, STATE_VERSION, sts, kb.fed_ns, prov, kb.timer))
 
 
-@pytest.mark.parametrize("version", [3, 4])
-def test_a_state_saved_by_an_older_version_restores(version):
+@pytest.mark.parametrize("form", ["lists", "own"])
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_a_state_saved_by_an_older_version_restores(version, form):
     """Every step reads its key's state as an older version wrote it (a checkpoint taken
-    before an upgrade): the matches and their provenance are those of the current version."""
+    before an upgrade): the matches and their provenance are those of the current version,
+    whether the rows carry their provenance (lists) or are their own source tuples."""
     cp = compile_pattern(PATTERNS["greedy"], name="p", columns={"k": "string", "x": "double", "ts": "timestamp"},
                          row_id=ROW_ID)
     rows, batches = seeded_stream(4)
+    if form == "own":
+        rows, batches = rows.drop(columns=[IN_IDS, IN_TS]), [b.drop(columns=[IN_IDS, IN_TS]) for b in batches]
 
     def older():
         p = processor(PatternCore(cp, "eid", "ts", ("n",)))

@@ -88,6 +88,7 @@ def test_every_pattern_in_one_operator_matches_as_alone(seed):
         buf = KeyBuffer.from_bytes(state.value[0]) if state.value is not None else KeyBuffer()
         assert buf.pending is None
         assert buf.prov is None or (buf.prov.t >= buf.fed_ns - 2 * ps.within_ns).all(), "provenance past WITHIN"
+        assert buf.own_t is None or buf.own_t >= buf.fed_ns - 2 * ps.within_ns, "provenance past WITHIN"
         for cp, st in zip(cps, buf.matchers, strict=False):
             assert st is None or (not st.runs and st.rows_held <= cp.max_prev), f"{cp.name} keeps state past WITHIN"
 
