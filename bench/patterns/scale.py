@@ -52,7 +52,11 @@ def pattern_sql(i: int, within_s: int = 60) -> str:
 
 
 def rows_for(keys: int, per_key: int, seed: int = 0) -> pd.DataFrame:
-    from moirae.patterns.spark_processor import IN_IDS, IN_TS
+    """``keys`` x ``per_key`` rows with the columns the engine's operator input carries
+    for a source read directly (``moirae.patterns.spark_operator._operator`` with a
+    ``stream``): the row id is the source id, and the provenance of the row's one source
+    tuple travels as two numbers, its id (the row id) and its time in microseconds."""
+    from moirae.patterns.spark_processor import IN_ID, IN_TUS
     from moirae.patterns.spark_schema import ROW_ID
 
     rng = np.random.default_rng(seed)
@@ -61,8 +65,8 @@ def rows_for(keys: int, per_key: int, seed: int = 0) -> pd.DataFrame:
     df = pd.DataFrame({"k": np.tile([f"k{j}" for j in range(keys)], per_key), "x": rng.integers(0, 10, n) * 1.0,
                        "ts": ts})
     df[ROW_ID] = np.arange(n)
-    df[IN_IDS] = [[i] for i in range(n)]
-    df[IN_TS] = [[t] for t in ts]
+    df[IN_ID] = np.arange(n)
+    df[IN_TUS] = ts.asi8 // 1000
     return df
 
 
