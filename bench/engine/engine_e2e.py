@@ -384,8 +384,9 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
                own: bool = False, polynomials: bool = False) -> dict:
     from ananke.query import ProvQuery
     from moirae.runtime.spark import spark_session
-    from moirae.scenarios.cluster import load_history, register_sources
-    from moirae.scenarios.queries import deploy_queries, overload_query
+    from moirae.scenarios.cluster import deploy as deploy_scenario
+    from moirae.scenarios.cluster import register_sources
+    from moirae.scenarios.queries import overload_query
     from moirae.sources.cluster import STREAMS, ClusterScenario
     from moirae.sources.cluster_config import load_cluster_config
     from moirae.sources.spark_cluster import FORMAT, register_cluster_source
@@ -446,15 +447,16 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
         if config == "full_nopoly":  # the full engine without how-provenance polynomials
             own = {"ananke": {**overrides.get("ananke", {}), "polynomials": False}}
         engine = b.engine(config, **{k: v for k, v in overrides.items() if k not in own}, **own)
-        register_sources(engine, path, {"speedup": "max", "until": until, "maxSpanSeconds": str(span_s)})
+        live = {"speedup": "max", "until": until, "maxSpanSeconds": str(span_s)}
+        if config in ("full", "full_own", "full_nopoly"):
+            # as `moirae run --scenario cluster` deploys it: sources, queries, the history, the
+            # past overloads re-materialized
+            deploy_scenario(engine, progress=False, scenario_file=path, live_options=live)
+        else:
+            register_sources(engine, path, live)
         if config == "provenance":  # the target's configuration: archiving + the event-query with provenance
             engine.event_query("overload", overload_query(cfg.metrics.bw_threshold_mbps), inputs=["metrics"])
         if config in ("full", "full_own", "full_nopoly"):
-            from moirae.materialize.replica import rematerialize
-
-            load_history(engine.archiver, scenario, progress=False)
-            deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
-            rematerialize(engine.materializer, "overload", resume=True, batch=48)
             # the loaded history's similarity indexes are built before the clock starts, as
             # in an engine that has run a while; those of chunks sealed during the run count
             if not engine.deploy.indexes.drain(timeout=600):

@@ -78,8 +78,12 @@ def deploy(engine: Engine, live: bool = True, progress: bool = True, scenario_fi
     cfg = load_cluster_config(path)
     scenario = ClusterScenario(cfg)
     register_sources(engine, path, live_options)
-    loaded = load_history(engine.archiver, scenario, progress) if live or materialize else 0
+    # the queries first: an event-query asks for its source's rows to be written sorted by
+    # its window keys (archive.contributors.cluster_by), so the history loaded next is
+    # clustered as live rows are, and a history-query pinned to one key (the norm's
+    # ``h.sid = :sid``) reads that key's block ranges of it, not the whole chunk
     deploy_queries(engine, threshold=cfg.metrics.bw_threshold_mbps)
+    loaded = load_history(engine.archiver, scenario, progress) if live or materialize else 0
     done = []
     if not materialize:
         return {"scenario": "cluster", "file": str(path), "history_rows_loaded": loaded}
