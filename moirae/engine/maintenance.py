@@ -39,6 +39,8 @@ class Maintenance:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._late = None  # moirae.retract.late.LateFollower, once an event-query keeps polynomials
+        self._late_whole = None  # its whole-partition twin, swept every late.WHOLE_EVERY passes
+        self._late_passes = 0
 
     def start(self) -> None:
         """Run a pass every ``archive.maintenance_interval`` until :meth:`stop`."""
@@ -103,18 +105,23 @@ class Maintenance:
         stores = [f.polys for f in list(self.deploy.flows.values()) if getattr(f, "polys", None) is not None]
         if not stores:
             return
-        if self._late is None:
-            from moirae.retract.late import LateFollower
+        from moirae.retract.late import WHOLE_EVERY, LateFollower
 
+        if self._late is None:
             def emitted(query: str):
                 flow = self.deploy.flows.get(query)
                 return flow.emitted_below() if flow is not None else None
 
             self._late = LateFollower(self.archiver, stores[0], stores[0].plans, emitted)
-        try:
-            self._late.sweep()
-        except Exception as exc:  # noqa: BLE001 - the next pass reads the same rows again
-            log.warning("maintenance: absorbing late rows into alert polynomials failed: %s", exc)
+            # for the heap tuples PostgreSQL places below the moving follower's cursor
+            self._late_whole = LateFollower(self.archiver, stores[0], stores[0].plans, emitted, whole=True)
+        followers = [self._late] + ([self._late_whole] if self._late_passes % WHOLE_EVERY == 0 else [])
+        self._late_passes += 1
+        for follower in followers:
+            try:
+                follower.sweep()
+            except Exception as exc:  # noqa: BLE001 - the next pass reads the same rows again
+                log.warning("maintenance: absorbing late rows into alert polynomials failed: %s", exc)
 
     def _source_horizons(self) -> dict[str, Any]:
         """Per source stream: the minimum expiry horizon of the queries reading it;

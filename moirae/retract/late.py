@@ -114,12 +114,17 @@ class LateFollower:
     so the cursor moves to a sweep's block count (less one: its last block may still
     fill) only when every transaction in progress at that sweep's snapshot ended before
     the snapshot of the sweep before this one (``xmax`` at or below that ``xmin``).
-    Heap tuples PostgreSQL places in free space below the cursor (a page freed by a
-    vacuum, or a backend's earlier insert target) are not followed.
+    PostgreSQL may still place a heap tuple in free space below the cursor (a page
+    freed by a vacuum, or the page a backend last inserted into, which its next insert
+    tries first): a follower made with ``whole=True`` finds those. Its cursor never
+    leaves the first block, so each of its sweeps reads every changed partition whole,
+    against the same two candidate classes dated from its own previous sweep (a row
+    visible to that sweep's snapshot was read by it, wherever it lies); the maintenance
+    pass runs one beside the moving follower, every :data:`WHOLE_EVERY` of its sweeps.
 
     The partitions it finds at its first sweep are read from their end (older rows
-    were not followed); those created later from their start; one that shrank
-    (rewritten) from its start again. A chunk whose row count (the archive's catalog)
+    were not followed), by a ``whole`` follower from their start; those created later
+    from their start; one that shrank (rewritten) from its start again. A chunk whose row count (the archive's catalog)
     and size have not changed for two sweeps is not read: a sweep where nothing was
     written costs one catalog read and one size read per stream and one snapshot.
     :attr:`rows_read` counts the rows handed to :func:`absorb`."""
@@ -128,8 +133,9 @@ class LateFollower:
     SWEEPS = 2
 
     def __init__(self, archiver, polys, plans: Callable[[], Mapping[str, PolyPlan]],
-                 emitted: Callable[[str], datetime | None]) -> None:
+                 emitted: Callable[[str], datetime | None], whole: bool = False) -> None:
         self.archiver = archiver
+        self.whole = whole  # the cursor stays at the first block: every sweep reads whole partitions
         self.polys = polys
         self.plans = plans
         self.emitted = emitted
@@ -201,7 +207,8 @@ class LateFollower:
             cur_ = self._chunks.get(key)
             if cur_ is None:  # first seen: existing partitions from their end, new ones from their start
                 # (no watermark to date its rows from: its rows may be older than the last snapshot)
-                cur_ = self._chunks[key] = _Cursor(max(blocks - 1, 0) if self._n == 0 else 0, None)
+                cur_ = self._chunks[key] = _Cursor(max(blocks - 1, 0) if self._n == 0 and not self.whole else 0,
+                                                   None)
                 if self._n == 0:
                     cur_.seen[n] = blocks
                     cur_.rows, cur_.blocks = chunk.rows, blocks
@@ -310,11 +317,15 @@ class LateFollower:
                   and self._snaps[i].xmax <= past.xmin]
             if ok:
                 i = max(ok)
-                c.start, c.since = max(c.start, c.seen[i] - 1), i
+                c.start, c.since = 0 if self.whole else max(c.start, c.seen[i] - 1), i
                 c.seen = {j: b for j, b in c.seen.items() if j >= i}
         oldest = min([c.since for c in self._chunks.values() if c.since is not None]
                      + [j for c in self._chunks.values() for j in c.seen] + [n - self.SWEEPS + 1])
         self._snaps = {j: s for j, s in self._snaps.items() if j >= oldest}
+
+
+WHOLE_EVERY = 6
+"""The moving follower's sweeps per sweep of the ``whole`` one (:class:`LateFollower`)."""
 
 
 @dataclass

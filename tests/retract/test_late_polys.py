@@ -90,3 +90,51 @@ def test_the_follower_finds_late_rows_as_they_are_archived(pg):
     wm[0] = T0 + timedelta(minutes=20)  # the row at 8 min is below it now, in a window with no alert
     assert follower.sweep() == {} and store.count("overload") == 1
     arch.close()
+
+
+def test_a_late_row_placed_below_the_cursor_is_found_by_the_whole_pass(pg):
+    """PostgreSQL puts a tuple where its free space map says there is room: here a block
+    a vacuum freed, below the moving follower's cursor. The moving follower cannot see
+    it; the ``whole`` follower, reading partitions from their first block, does."""
+    from archive.names import partition_name, quote
+
+    arch, store, rows = _alerted_window(pg)
+    poly = Poly(np.array([s for s, _ in rows], dtype=np.int64), np.array([[r["bw"]] for _, r in rows]))
+    store.put("overload", [(42, T0 + timedelta(minutes=5) - timedelta(microseconds=1), poly)])
+    # another host's rows after the window, enough for the partition to span many blocks
+    n = 3000
+    arch.append("metrics", 1, pd.DataFrame({"ts": [T0 + timedelta(minutes=10, milliseconds=i) for i in range(n)],
+                                            "host": ["b"] * n, "bw": [1.0] * n}))
+    wm = [T0 + timedelta(minutes=6)]
+    moving = LateFollower(arch, store, store.plans, lambda q: wm[0] if q == "overload" else None)
+    whole = LateFollower(arch, store, store.plans, lambda q: wm[0] if q == "overload" else None, whole=True)
+    for _ in range(4):  # each has swept enough for a cursor to move
+        assert moving.sweep() == {} and whole.sweep() == {}
+    (cid,) = [c.chunk_id for c in arch.chunks("metrics")]
+    part = quote(partition_name("metrics", cid))
+    assert moving._chunks[("metrics", cid)].start > 0  # the cursor has left the first block
+
+    # free room in block 0 (another host's rows deleted, vacuumed), then a late row of
+    # the alerted window written by a fresh session, which finds that room first
+    with arch.db.connection() as conn, conn.cursor() as cur:
+        conn.autocommit = True
+        cur.execute(f"DELETE FROM {part} WHERE host = 'b' AND (ctid::text::point)[0] = 0")
+        assert cur.rowcount > 0
+        cur.execute(f"VACUUM (TRUNCATE false) {part}")  # the partition keeps its size
+    fresh = arch.db.connect()
+    try:
+        with fresh, fresh.cursor() as cur:  # one transaction, as the archive writes a row and counts it
+            cur.execute(f"INSERT INTO {part} (_sid, _batch, ts, host, bw) VALUES (%s, 2, %s, 'a', 5.0) "
+                        f"RETURNING (ctid::text::point)[0]", (10**15, T0 + timedelta(seconds=100)))
+            (block,) = cur.fetchone()
+            cur.execute("UPDATE moirae_chunks SET rows = rows + 1 WHERE stream = 'metrics' AND chunk_id = %s", (cid,))
+    finally:
+        fresh.close()
+    assert block < moving._chunks[("metrics", cid)].start  # below the moving cursor
+
+    found_by_moving = sum(moving.sweep().get("overload", 0) for _ in range(3))
+    assert found_by_moving == 0  # what the whole pass is for
+    assert whole.sweep() == {"overload": 1}
+    assert 10**15 in set(store.get("overload", [42])[42].ids.tolist())
+    assert whole.sweep() == {}  # absorbed once
+    arch.close()
