@@ -132,10 +132,13 @@ def run_operator(sqls: list[str], rows: pd.DataFrame, batches: int) -> tuple[flo
         if b == len(parts):
             wm = int(rows["ts"].max().value // 1_000_000) + 3_600_000
             sizes = [len(s.value[0]) for st in stores for s in st.values() if s.value is not None]
-        groups = list(batch.groupby("k", sort=False)) if len(batch) else []
         for op, st in zip(ops, stores, strict=True):
             proc = processor(op)
-            for key, part in groups:
+            # one key's rows at a time, as Spark hands them to the processor: a list of
+            # every group's frame, alive through the batch, would make the collector's
+            # full passes (and so the operator's clock) pay for 10k frames the operator
+            # never holds at once in Spark
+            for key, part in (batch.groupby("k", sort=False) if len(batch) else ()):
                 s = st.setdefault(key, _Store())
                 proc.init(s)
                 for f in proc.handleInputRows((key,), iter([part]), _TV(wm)):
