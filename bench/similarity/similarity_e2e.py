@@ -16,7 +16,8 @@ Measured, each in this one run:
 - **index build**: every chunk's index, cold: ``COPY`` of the chunk's events and
   contexts, vectorised build, encoding and binary ``COPY`` into ``moirae_simindex``
   (contexts/s = past events / wall seconds), with ``--build-threads`` threads and
-  connections; also the CPU it took (this process, and the PostgreSQL server's
+  connections, ``--build-rounds`` times from scratch (the target holds when every round
+  meets it; the other figures are the last round's); also the CPU it took (this process, and the PostgreSQL server's
   processes when it runs on this machine), as contexts per CPU-second, which the other
   load on a shared machine moves less than wall time; and the engine's own path after a
   seal or a materialization: a fresh operator's background builder (one worker thread,
@@ -380,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrent", type=int, default=50)
     ap.add_argument("--compare", type=int, default=6, help="probes whose top-10 is checked against the baseline")
     ap.add_argument("--build-threads", type=int, default=2)
+    ap.add_argument("--build-rounds", type=int, default=3,
+                    help="times every index is built from scratch; the build target holds only if every round meets it")
     args = ap.parse_args(argv)
     n = args.events or (100_000 if args.quick else 1_000_000)
     name = "similarity_e2e" if n >= 1_000_000 else "similarity_e2e_quick"
@@ -418,11 +421,22 @@ def main(argv: list[str] | None = None) -> int:
         data["chunks"] = len(chunks)
         data["load_average_build"] = os.getloadavg()
         server = server_cpu(db)
-        c0, s0 = time.process_time(), server() if server else None
-        t = time.perf_counter()
-        op.source.prebuild(chunks, args.build_threads)
-        build_s = time.perf_counter() - t
-        data["build"] = {"seconds": build_s, "threads": args.build_threads, "events_per_s": n / build_s,
+        by_round: list[float] = []
+        for r in range(max(1, args.build_rounds)):
+            if r:  # every index built again: none persisted, a fresh operator (an empty cache)
+                op.source.close()
+                with db.connection() as conn, conn.cursor() as cur:
+                    cur.execute("DELETE FROM moirae_simindex WHERE operator = %s", (op.name,))
+                op = operator(64 * 2**30)
+            c0, s0 = time.process_time(), server() if server else None
+            t = time.perf_counter()
+            op.source.prebuild(chunks, args.build_threads)
+            build_s = time.perf_counter() - t
+            by_round.append(n / build_s)
+            print(f"index build round {r + 1}: {n / build_s:,.0f} contexts/s", flush=True)
+        # the last round's figures; the target is judged on every round's
+        data["build"] = {"seconds": build_s, "threads": args.build_threads,
+                         "events_per_s": statistics.median(by_round), "events_per_s_by_round": by_round,
                          **op.source.stats(), **cpu_figures(n, time.process_time() - c0,
                                                             server() - s0 if server else None)}
         data["build"]["build_only_events_per_s"] = n / max(op.source.build_seconds, 1e-9)
@@ -547,8 +561,11 @@ def markdown(d: dict, s: str) -> str:
         else f"{x.get('cpu_python_s', 0):.1f} CPU-s in Python (PostgreSQL's not measured)"
     lines += ["", f"Index build (cold, every chunk: COPY of its events and contexts, vectorised build, encoding, "
               f"binary COPY into `moirae_simindex`), {bd['threads']} threads with a connection each: "
-              f"**{bd['events_per_s']:,.0f} contexts/s** = past events / wall seconds ({bd['seconds']:.1f} s); "
-              f"thread-seconds: read {bd['read_seconds']:.1f}, "
+              f"**{bd['events_per_s']:,.0f} contexts/s** = past events / wall seconds"
+              + (f", median of {len(bd['events_per_s_by_round'])} builds from scratch (by round: "
+                 f"{', '.join(f'{x:,.0f}' for x in bd['events_per_s_by_round'])}); the last took "
+                 f"{bd['seconds']:.1f} s; " if bd.get("events_per_s_by_round") else f" ({bd['seconds']:.1f} s); ")
+              + f"thread-seconds: read {bd['read_seconds']:.1f}, "
               f"build {bd['build_seconds']:.1f} ({bd['build_only_events_per_s']:,.0f} contexts/s), save "
               f"{bd['save_seconds']:.1f}; {cpu(bd)}."
               + (f" The engine's own path after a seal or a materialization (one background worker, "
@@ -572,7 +589,7 @@ def markdown(d: dict, s: str) -> str:
 def targets(d: dict) -> list[dict]:
     f, c, q = d["single"]["first"], d["concurrent"]["first"], d["quarter"]["first"]
     w = d["single"]["whole"]
-    build_rounds = d["build"].get("events_per_s_by_round") or [d["build"]["events_per_s"]]  # one build a run
+    build_rounds = d["build"].get("events_per_s_by_round") or [d["build"]["events_per_s"]]  # a result stored before the rounds: one build
     full = d["events"] >= 1_000_000
     note = "" if full else f"quick size ({d['events']:,} events), not the 1M of the target"
     b = d["baseline"]["seconds"] if isinstance(d["baseline"], dict) and "seconds" in d["baseline"] else None
