@@ -452,15 +452,14 @@ def throughput(b: Bench, path: Path, live_hours: float, span_s: int, trigger: st
             # as `moirae run --scenario cluster` deploys it: sources, queries, the history, the
             # past overloads re-materialized
             deploy_scenario(engine, progress=False, scenario_file=path, live_options=live)
-        else:
-            register_sources(engine, path, live)
-        if config == "provenance":  # the target's configuration: archiving + the event-query with provenance
-            engine.event_query("overload", overload_query(cfg.metrics.bw_threshold_mbps), inputs=["metrics"])
-        if config in ("full", "full_own", "full_nopoly"):
             # the loaded history's similarity indexes are built before the clock starts, as
             # in an engine that has run a while; those of chunks sealed during the run count
             if not engine.deploy.indexes.drain(timeout=600):
                 raise RuntimeError("the history's similarity indexes were not built within 600 s")
+        else:
+            register_sources(engine, path, live)
+        if config == "provenance":  # the target's configuration: archiving + the event-query with provenance
+            engine.event_query("overload", overload_query(cfg.metrics.bw_threshold_mbps), inputs=["metrics"])
         built0 = engine.deploy.indexes.built
         t0 = time.time()  # wait_done returns the wall time the last batch ended
         share = CpuShare().start()
