@@ -327,7 +327,8 @@ def connect(dsn: str, schema: str | None, lock_timeout_ms: int | None = None):
     """A new connection to ``dsn`` that finds the archive's tables in ``schema``, not in
     autocommit; ``lock_timeout_ms`` bounds each wait for a lock. It has the driver's
     client-side timeouts (:func:`archive.pg.client_timeouts`), so an executor writing to a
-    vanished server fails its task instead of blocking."""
+    vanished server fails its task instead of blocking. A DSN naming its application gets
+    :func:`worker_application_name` of that name."""
     import psycopg2
 
     from archive.pg import client_timeouts
@@ -335,9 +336,26 @@ def connect(dsn: str, schema: str | None, lock_timeout_ms: int | None = None):
     options = [f"-c search_path={schema},public"] if schema else []
     if lock_timeout_ms is not None:
         options.append(f"-c lock_timeout={int(lock_timeout_ms)}")
-    conn = psycopg2.connect(dsn, options=" ".join(options) or None, **client_timeouts(dsn))
+    named = {"application_name": worker_application_name(app)} if (app := _application_name(dsn)) else {}
+    conn = psycopg2.connect(dsn, options=" ".join(options) or None, **client_timeouts(dsn), **named)
     conn.autocommit = False
     return conn
+
+
+def worker_application_name(app: str) -> str:
+    """The ``application_name`` of a Python worker's session for a DSN named ``app``:
+    the name with ``/worker`` appended (within PostgreSQL's 63 bytes), so the sessions
+    Spark's workers keep are told apart from the driver's in ``pg_stat_activity``."""
+    return f"{app[:56]}/worker"
+
+
+def _application_name(dsn: str) -> str | None:
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        return parse_dsn(dsn).get("application_name")
+    except Exception:  # noqa: BLE001 - psycopg2 reports a bad DSN when it connects
+        return None
 
 
 def drop_worker_connection(dsn: str, schema: str | None) -> None:

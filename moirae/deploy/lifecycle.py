@@ -39,6 +39,7 @@ from typing import Any
 
 from psycopg2.extensions import make_dsn, parse_dsn
 
+from archive.exec_sink import worker_application_name
 from archive.schema import table_exists
 from moirae.base.errors import MoiraeError
 from moirae.ingest.sources import SourceRegistry
@@ -421,6 +422,9 @@ def footprint(spark: Any, db: Any, manager: Any, samples: int = 5, every_s: floa
     Sessions are found in ``pg_stat_activity`` by the engine's application name
     (:func:`named_dsn`); its idle pooled connections are closed first and the Recall
     Manager's worker connections (at most ``recall.max_concurrent``) are not counted.
+    Those Spark's Python workers keep (named by
+    :func:`archive.exec_sink.worker_application_name`) are counted apart, as
+    ``pg_worker_sessions``: Spark starts, retires and replaces its workers on its own.
     The monitors still running open and close connections all the time, so only
     sessions present in each of ``samples`` looks, ``every_s`` apart, count: a held
     (leaked) one is in all of them. Connections made lazily once per engine (the event
@@ -429,22 +433,28 @@ def footprint(spark: Any, db: Any, manager: Any, samples: int = 5, every_s: floa
     queries = sorted(q.name or q.id for q in spark.streams.active) if spark is not None else []
     threads = sorted(f"{t.name} [{_owner(t)}]" for t in threading.enumerate())
     app = parse_dsn(db.dsn).get("application_name") or application_name(db.schema)
+    worker_app = worker_application_name(app)
     held: dict[int, str] | None = None
+    workers: set[int] = set()
     for i in range(max(1, samples)):
         if i:
             time.sleep(every_s)
         db.close()  # idle pooled connections are a cache, not held
         with db.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT pid, state, left(query, 80) FROM pg_stat_activity "
-                        "WHERE application_name = %s AND pid <> pg_backend_pid() ORDER BY pid", (app,))
+            cur.execute("SELECT pid, state, left(query, 80), application_name = %s FROM pg_stat_activity "
+                        "WHERE application_name IN (%s, %s) AND pid <> pg_backend_pid() ORDER BY pid",
+                        (worker_app, app, worker_app))
             pool = set(manager.connections())
-            now = {pid: f"{pid} {state}: {query}" for pid, state, query in cur.fetchall() if pid not in pool}
+            rows = cur.fetchall()
+            now = {pid: f"{pid} {state}: {query}" for pid, state, query, worker in rows if pid not in pool and not worker}
+            kept = {pid for pid, *_, worker in rows if worker}
+        workers = kept if held is None else workers & kept
         held = now if held is None else {pid: d for pid, d in now.items() if pid in held}
     registered = {d.operator for d in manager.descriptions()}
     open_tasks = [t for t in manager.tasks() if t.ended_at is None]
     orphans = sorted(f"{t.task_id} {t.operator}" for t in open_tasks if t.operator not in registered)
     return {"spark_queries": queries, "threads": threads, "pg_sessions": len(held or {}),
-            "pg_detail": sorted((held or {}).values()), "open_tasks": orphans, "open_tasks_all": len(open_tasks),
+            "pg_detail": sorted((held or {}).values()), "pg_worker_sessions": len(workers), "open_tasks": orphans, "open_tasks_all": len(open_tasks),
             "python_workers": python_workers()}
 
 
@@ -502,8 +512,9 @@ def _pooled(thread: str) -> str:
 
 def leaks(before: dict[str, Any], after: dict[str, Any], pool_slack: int = 0) -> dict[str, Any]:
     """What ``after`` holds beyond ``before`` (two :func:`footprint` results): Spark
-    queries, threads (by name, Spark's transient ones excepted), PostgreSQL sessions
-    beyond ``pool_slack`` (and one per Python worker Spark started in between),
+    queries, threads (by name, Spark's transient ones excepted), the driver's PostgreSQL
+    sessions beyond ``pool_slack``, Python workers' sessions beyond one per worker
+    running (each keeps one per database, :func:`archive.exec_sink.worker_connection`),
     orphan recall tasks. Empty when nothing leaked."""
     from collections import Counter
 
@@ -518,11 +529,11 @@ def leaks(before: dict[str, Any], after: dict[str, Any], pool_slack: int = 0) ->
     threads = sorted(t for t, n in extra_t.items() if n > 0)
     if threads:
         out["threads"] = threads
-    # a Python worker Spark started meanwhile keeps its own connection: not a monitor's
-    pool_slack += max(0, after.get("python_workers", 0) - before.get("python_workers", 0))
     if after["pg_sessions"] > before["pg_sessions"] + pool_slack:
         old = {d.split(" ", 1)[0] for d in before.get("pg_detail", ())}
         out["pg_sessions"] = [d for d in after.get("pg_detail", ()) if d.split(" ", 1)[0] not in old]
+    if after.get("pg_worker_sessions", 0) > max(after.get("python_workers", 0), before.get("pg_worker_sessions", 0)):
+        out["pg_worker_sessions"] = after["pg_worker_sessions"]
     extra_tasks = sorted(set(after["open_tasks"]) - set(before["open_tasks"]))
     if extra_tasks:
         out["open_tasks"] = extra_tasks

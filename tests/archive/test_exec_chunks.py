@@ -230,3 +230,23 @@ def test_a_worker_keeps_the_connections_of_its_last_few_schemas_only(pg):
         for key in list(exec_sink._CONNECTIONS):
             exec_sink.drop_worker_connection(*key)
         exec_sink._CONNECTIONS.update(before)
+
+
+def test_a_worker_s_session_is_named_apart_from_the_driver_s(pg):
+    """A DSN naming its application (the engine's, moirae.deploy.lifecycle.named_dsn)
+    gives a worker's session that name plus ``/worker``, so leak checks can tell Spark's
+    workers, which Spark starts and replaces on its own, from the driver's sessions."""
+    from psycopg2.extensions import make_dsn
+
+    def name(dsn: str) -> str:
+        conn = exec_sink.connect(dsn, pg.schema)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+                return cur.fetchone()[0]
+        finally:
+            conn.close()
+
+    assert name(make_dsn(pg.dsn, application_name="moirae:t_1")) == "moirae:t_1/worker"
+    assert name(make_dsn(pg.dsn, application_name="m" * 63)) == "m" * 56 + "/worker"
+    assert not name(make_dsn(pg.dsn, application_name="")).endswith("/worker")

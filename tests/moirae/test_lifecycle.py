@@ -191,8 +191,14 @@ def test_leaks_names_what_is_left_and_ignores_spark_s_own_threads():
     assert leaks(with_pool, grown) == {}
     left = {**with_pool, "threads": [*with_pool["threads"], "ThreadPoolExecutor-4_0 [concurrent.futures.thread]"]}
     assert leaks(with_pool, left) == {"threads": ["ThreadPoolExecutor-4 [concurrent.futures.thread]"]}
-    # a Spark Python worker started meanwhile brings its own archive connection
-    assert leaks({**before, "python_workers": 1}, {**before, "pg_sessions": 3, "python_workers": 2}) == {}
+    # Spark's Python workers keep one session each, counted apart: a worker replaced or
+    # started meanwhile is not a leak, more sessions than workers are
+    workers = {**before, "python_workers": 2, "pg_worker_sessions": 1}
+    assert leaks(workers, {**workers, "pg_worker_sessions": 2}) == {}
+    assert leaks(workers, {**workers, "pg_worker_sessions": 3}) == {"pg_worker_sessions": 3}
+    # and a worker started meanwhile no longer excuses a driver session more
+    grown = {**workers, "python_workers": 3, "pg_sessions": 3, "pg_detail": after["pg_detail"]}
+    assert leaks(workers, grown) == {"pg_sessions": ["13 idle: COMMIT"]}
 
 
 def test_the_engine_s_sessions_carry_its_schema_unless_named():
