@@ -57,7 +57,8 @@ def restore_claimed(archiver, claims) -> None:
 
 class Summarizer:
     """Summarizes one stream's BRIN index on its present chunks every ``period`` seconds
-    in a thread of its own (started by :meth:`start`, stopped by :meth:`stop`), and on
+    in a thread of its own (started by :meth:`start` or :meth:`ensure`, stopped by
+    :meth:`stop`), and on
     demand for a span (:meth:`now`). ``index`` names the index (a callable: it may change
     while the engine runs, :func:`archive.contributors.ensure_time_index`). ``written``
     (optional) returns a stamp of this process's writes to the stream; a background pass
@@ -74,6 +75,8 @@ class Summarizer:
         self._names: dict[tuple[str, str], str] = {}  # each chunk's index name (summarize), under _lock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._life = threading.Lock()  # start, ensure and stop, one at a time
+        self._stopped = False  # stop() called since the last start()
         #: background passes, ranges they summarized, their seconds; on-demand calls,
         #: their ranges and seconds (those on a reader's path)
         self.stats = {"passes": 0, "ranges": 0, "seconds": 0.0, "now": 0, "now_ranges": 0, "now_seconds": 0.0,
@@ -110,18 +113,36 @@ class Summarizer:
         return n
 
     def start(self) -> Summarizer:
-        """Start the background passes (idempotent)."""
-        if self._thread is None or not self._thread.is_alive():
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name=f"moirae-brin-{self.stream}", daemon=True)
-            self._thread.start()
+        """Start the background passes (idempotent), after a :meth:`stop` too."""
+        with self._life:
+            self._stopped = False
+            self._spawn()
+        return self
+
+    def ensure(self) -> Summarizer:
+        """Start the background passes unless :meth:`stop` was called since the last
+        :meth:`start`: what a reader's path calls, so a read still under way while its
+        owner stops does not start a thread nobody will stop."""
+        with self._life:
+            if not self._stopped:
+                self._spawn()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+        """Stop the background passes, waiting up to 10 s for a pass under way."""
+        with self._life:
+            self._stopped = True
+            self._stop.set()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join(timeout=10)
+
+    def _spawn(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop = threading.Event()  # a thread still ending keeps the one it was given
+            self._thread = threading.Thread(target=self._run, args=(self._stop,), name=f"moirae-brin-{self.stream}",
+                                            daemon=True)
+            self._thread.start()
 
     def due(self) -> bool:
         """Whether a background pass has anything to do: always without a ``written``
@@ -134,9 +155,9 @@ class Summarizer:
             return True
         return False
 
-    def _run(self) -> None:
+    def _run(self, stop: threading.Event) -> None:
         logged = -1e9
-        while not self._stop.wait(self.period):
+        while not stop.wait(self.period):
             if not self.due():
                 self.stats["skipped"] += 1
                 continue

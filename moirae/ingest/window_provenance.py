@@ -101,7 +101,7 @@ class ArchiveResolver:
                 self._unmatched(windows[i], d, 0, f"a key value {why}: its tuples are dead letters")
             else:
                 pending.append(i)
-        self.summaries.start()
+        self.summaries.ensure()  # not after stop(): a batch may still run while its query stops
         if pending:
             self.summaries.now(min(windows[i][1] for i in pending), max(windows[i][2] for i in pending))
         while pending:

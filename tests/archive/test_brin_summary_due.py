@@ -39,3 +39,19 @@ def test_the_archive_waits_count_the_batches_that_wrote_rows():
     assert waits.written("m") == 0
     waits.archived("m", AppendResult("m", 2, 5, 0, 0, False, (3,), t))
     assert waits.written("m") == 1 and waits.written("other") == 0
+
+
+def test_a_reader_s_path_does_not_start_passes_its_owner_stopped():
+    """ensure() (what a batch's read calls) starts the passes, but not after stop(): a
+    batch still running while its query stops would otherwise leave a thread summarizing
+    a stream nobody reads, for as long as the process lives. start() restarts them."""
+    s = Summarizer(None, "m", lambda: "ix", 30.0, written=lambda: 0)
+    first = s.ensure()._thread
+    assert first is not None and first.is_alive()
+    assert s.ensure()._thread is first  # idempotent
+    s.stop()
+    assert s._thread is None and not first.is_alive()
+    assert s.ensure()._thread is None
+    again = s.start()._thread
+    assert again is not None and again.is_alive() and again is not first
+    s.stop()
