@@ -97,6 +97,14 @@ def test_rate_point_measures_every_query_reading_the_source(bench, spark):
     assert p["rows_per_s"] == min(x["rows_per_s"] for x in p["per_query"].values())
 
 
+def test_plain_point_runs_n_plain_queries_back_to_back(bench, spark):
+    p = cc.plain_point(bench, 2, rows_per_batch=4_000, ts_rate=2_000, warm_batches=1, batches=2, timeout_s=300)
+    assert p["queries"] == 2 and p["alerts"] is None
+    assert sorted(p["per_query"]) == ["plain_overload0", "plain_overload1"]
+    assert all(x["batches"] >= 2 and x["rows"] == 4_000 * x["batches"] for x in p["per_query"].values())
+    assert not any(q.name.startswith("plain_") for q in spark.streams.active)  # stopped
+
+
 def test_section_and_plot_render_every_point_and_the_ceiling(tmp_path):
     run = {"chunks": 4, "open_mb": 90.0, "peak_mb": 120.0, "recall_s": 1.5}
     data = {"quick": True, "load_avg": [1.0, 1.0, 1.0],
@@ -114,6 +122,11 @@ def test_section_and_plot_render_every_point_and_the_ceiling(tmp_path):
                                 "runs": [run, run], "over_baseline_by_round": [1.0, 1.0]} for r in (10**6, 10**7)]}}
     text = cc.render(data)
     assert text.count("| 1 |") + text.count("| 2 |") + text.count("| 8 |") == 3
+    data["queries"]["plain"] = [{**p, "alerts": None, "rows_per_s": p["rows_per_s"] * 5}
+                                for p in data["queries"]["points"]]
+    text = cc.render(data)
+    assert text.count("| 1 |") + text.count("| 2 |") + text.count("| 8 |") == 6
+    assert "| plain Spark queries |" in text and "| 8 | 625 |" in text
     for n in ("| 10 |", "| 100 |", "| 1000 |", "| 1,000,000 |", "| 10,000,000 |"):
         assert n in text
     assert "Not built: 100,000,000 rows, which would exceed the disk left" in text
@@ -160,3 +173,27 @@ def test_more_queries_faster_than_one_is_reported_not_a_verdict():
 def test_round_ratios_pair_each_point_with_its_rounds_baseline():
     by_round = [{1: {"rows_per_s": 200.0}, 8: {"rows_per_s": 120.0}}, {1: {"rows_per_s": 100.0}, 8: {"rows_per_s": 70.0}}]
     assert cc.round_ratios(by_round, 1) == {1: [1.0, 1.0], 8: [0.6, 0.7]}
+
+
+def test_the_rate_target_is_capped_by_plain_spark_s_own_ratio_in_each_round():
+    """Where plain Spark's 8 queries keep less than 0.5x of its 1 in a round, the
+    engine's 8-vs-1 is judged against plain Spark's ratio of that round; the ratio
+    against the bare 0.5x is reported, not judged."""
+    def with_plain(data, plain8):
+        data["queries"]["plain"] = [
+            {"queries": 1, "over_baseline_by_round": [1.0] * len(plain8), "saturated_by_round": [True] * len(plain8)},
+            {"queries": 8, "over_baseline_by_round": plain8, "saturated_by_round": [True] * len(plain8)}]
+        return data
+
+    engine = _data([(1, 100_000), (8, 36_000)], [1.2], [1.1])  # 0.36x in both rounds
+    t, reported = cc.targets(with_plain(engine, [0.25, 0.3]))[:2]
+    assert t["met"] is True and "plain Spark 0.250, 0.300" in t["measured"]
+    assert reported["target"] == "reported" and reported["met"] is None
+    assert cc.targets(with_plain(_data([(1, 100_000), (8, 36_000)], [1.2], [1.1]), [0.4, 0.45]))[0]["met"] is False
+    # a platform that keeps more than 0.5x leaves the bare goal in force
+    assert cc.targets(with_plain(_data([(1, 100_000), (8, 45_000)], [1.2], [1.1]), [0.8, 0.9]))[0]["met"] is False
+    straddling = cc.targets(with_plain(_data([(1, 100_000), (8, 36_000)], [1.2], [1.1]), [0.3, 0.4]))[0]
+    assert straddling["met"] is None and "straddle 1" in straddling["note"]
+    unsat = with_plain(_data([(1, 100_000), (8, 36_000)], [1.2], [1.1]), [0.25, 0.3])
+    unsat["queries"]["plain"][1]["saturated_by_round"] = [True, False]
+    assert cc.targets(unsat)[0]["met"] is None  # the ceiling a lower bound: a met verdict it would bias
