@@ -404,7 +404,9 @@ class DeployManager:
         self._start_flow(flow)
 
     def stop(self) -> None:
-        for flow in self.flows.values():
+        """Stop every event-query between micro-batches (:func:`stop_order`), then the
+        event worker."""
+        for flow in stop_order(list(self.flows.values())):
             flow.stop()
         self.worker.stop()  # the events already handed over are processed (the sources still run)
 
@@ -475,3 +477,27 @@ class DeployManager:
         worker = {"running": w.running, "pending_batches": w.pending(), "batches": w.batches, "errors": w.errors,
                   "last_error": w.last_error}
         return {"event_queries": flows, "event_worker": worker}
+
+
+def stop_order(flows: list) -> list:
+    """The order to stop ``flows`` (:class:`~moirae.ingest.live.EventFlow`) in: an
+    event-query whose read archives a source (:mod:`archive.shared`) after every other
+    one that reads that source. Each read's last micro-batches then still find their
+    windows' source tuples archived (the archive wait, :mod:`moirae.ingest.archive_waits`,
+    ends at once for a source no longer archived, and the window digests would resolve
+    to the part archived before its archiving read stopped, committed with the batch).
+    Otherwise the deployment order; a cycle (two reads, each archiving a source the
+    other reads) is stopped in it.
+    """
+    left, out = list(flows), []
+    while left:
+        reading = {}  # source -> the flows still running that read it without archiving it
+        for f in left:
+            for s in f.query.inputs:
+                if s not in {sh.stream for sh in f.shared}:
+                    reading.setdefault(s, []).append(f)
+        free = [f for f in left if not any(reading.get(sh.stream) for sh in f.shared)]
+        nxt = free[0] if free else left[0]
+        out.append(nxt)
+        left.remove(nxt)
+    return out

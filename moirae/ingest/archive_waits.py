@@ -50,6 +50,7 @@ class ArchiveWaits:
         self._empty_batch: dict[str, bool] = {}
         self._caught_up: dict[str, float] = {}  # stream -> start (wall s) of its last empty archive batch
         self._written: dict[str, int] = {}  # stream -> batches with rows archived so far
+        self._stopped: set[str] = set()  # streams whose archiving query was stopped (:meth:`stopped`)
         self.counts = {"count": 0, "timed_out": 0, "caught_up_idle": 0, "seconds": 0.0, "timeouts_by_stream": {}}
 
     def archived(self, name: str, result) -> None:
@@ -82,8 +83,10 @@ class ArchiveWaits:
 
     def stopped(self, name: str) -> None:
         """Source ``name``'s archive query was stopped and the source unregistered: waits
-        on it end now instead of at their timeout."""
+        on it end now instead of at their timeout (:meth:`stopped_short` names it while it
+        is not archived again)."""
         with self._cond:
+            self._stopped.add(name)
             self._cond.notify_all()
 
     def wait(self, streams, ts: datetime, timeout: float, why: str = "", since: float | None = None) -> bool:
@@ -125,6 +128,18 @@ class ArchiveWaits:
                         "latest rows (archived up to %s)", timeout, late, ts.isoformat(), f" ({why})" if why else "",
                         {s: str(self._upto.get(s)) for s in late})
         return not late
+
+    def stopped_short(self, streams, ts: datetime) -> dict[str, datetime | None]:
+        """The sources among ``streams`` whose archiving stopped (their archive query, or
+        the event-query whose read archives them, was stopped, :meth:`stopped`, and is not
+        running again, :meth:`ArchivedStreams.live`) short of ``ts``, each with the newest
+        event time archived (None: none). A wait on them ends at once, not because they
+        reached ``ts``: nothing newer of them is archived until they are started again."""
+        streams = list(dict.fromkeys(streams))
+        live = set(self._sources.live(streams))
+        with self._cond:
+            return {s: self._upto.get(s) for s in streams if s in self._stopped and s not in live
+                    and (self._upto.get(s) is None or self._upto[s] < ts)}
 
     def _wait_for(self, lagging: Callable[[], list[str]], probe: list[str], ts: datetime,
                   deadline: float) -> list[str]:

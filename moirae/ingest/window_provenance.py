@@ -88,9 +88,11 @@ class ArchiveResolver:
         self.waits.wait([spec.stream], max(w[2] for w in windows), timeout,
                                   why=f"provenance of {len(digests)} window(s) of {spec.stream!r}")
         waited = time.monotonic() - t0
+        # a source no longer archived (the read archiving it stopped first) gets no newer row
+        stopped = self.waits.stopped_short([spec.stream], max(w[2] for w in windows))
         # a stream whose last windows all went unmatched gives this query other rows than
         # its archive (a source sampled per query): rereading would only stall each batch
-        deadline = t0 + timeout if self._misses < MISSES_BEFORE_NO_REREAD else 0.0
+        deadline = t0 + timeout if self._misses < MISSES_BEFORE_NO_REREAD and not stopped else 0.0
         out: list[list[tuple[int, datetime]] | None] = [None] * len(digests)
         pending, delay, reread = [], 0.05, 0
         columns, kept = self._value_columns, {}
@@ -124,7 +126,7 @@ class ArchiveResolver:
                     short.append(i)
                 else:
                     out[i] = [(sid, ts) for sid, ts, _ in cands]
-                    self._unmatched(windows[i], d, len(cands))
+                    self._unmatched(windows[i], d, len(cands), self._stopped_why(stopped, windows[i][2]))
             if short:
                 reread += len(short)
                 time.sleep(delay)
@@ -137,6 +139,18 @@ class ArchiveResolver:
             self.stats["wait_seconds"] += waited
             self.stats["read_seconds"] += time.monotonic() - t0 - waited
         return out  # type: ignore[return-value]
+
+    def _stopped_why(self, stopped: dict, hi: datetime) -> str:
+        """Why a window ending at ``hi`` went short, when its source's archive stopped
+        before ``hi`` (:meth:`ArchiveWaits.stopped_short`); else "" (the default reason)."""
+        if self.spec.stream not in stopped:
+            return ""
+        upto = stopped[self.spec.stream]
+        if upto is not None and upto >= hi:
+            return ""
+        return (f"the archive of {self.spec.stream!r} stopped short of the window's end (archived up to "
+                f"{'nothing' if upto is None else upto.isoformat()}): the query archiving it was stopped while "
+                "this one still ran")
 
     def _unmatched(self, window, d: Digest, have: int, why: str = "") -> None:
         """Count an unmatched window; log it, or (within a minute of the last line) only
