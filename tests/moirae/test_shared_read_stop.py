@@ -7,7 +7,6 @@ runs on after the archiving one stopped says so when its windows come up short
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -15,6 +14,7 @@ from pyspark.sql import functions as F
 
 from moirae.deploy.manager import stop_order
 from tests.engine_factory import make_engine
+from tests.moirae.scenario_small import wait
 
 T0_US = 1_735_689_600_000_000  # 2025-01-01T00:00:00Z
 ROWS_PER_BATCH, ROWS_PER_S, KEYS = 400, 100, 4  # each micro-batch: 4 s of event time, two windows per key
@@ -46,17 +46,9 @@ def _started(pg, tmp_path, monkeypatch, spark):
     assert engine.sources.by_name["metrics"].shared_by == "owner"  # the first deployed archives it
     engine.start()
     owner, reader = engine.deploy.flows["owner"], engine.deploy.flows["reader"]
-    _wait(lambda: min(owner.resolver.stats["windows"], reader.resolver.stats["windows"]) >= 4 * KEYS,
-          "both queries resolving windows")
+    wait(lambda: min(owner.resolver.stats["windows"], reader.resolver.stats["windows"]) >= 4 * KEYS, 120,
+         "both queries resolving windows")
     return engine, owner, reader
-
-
-def _wait(cond, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _archived_upto(engine):
@@ -67,8 +59,8 @@ def _archived_upto(engine):
 def _run_past(reader, upto) -> None:
     """Wait until ``reader`` has emitted (and resolved) a window ending after ``upto``."""
     edge = upto + timedelta(seconds=3)  # a whole window past the last archived tuple
-    _wait(lambda: (wm := reader.emitted_below()) is not None and wm >= edge,
-          f"the reader's windows past {upto}")
+    wait(lambda: (wm := reader.emitted_below()) is not None and wm >= edge, 120,
+         f"the reader's windows past {upto}")
 
 
 class _Flow:
