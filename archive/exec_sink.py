@@ -336,7 +336,7 @@ def connect(dsn: str, schema: str | None, lock_timeout_ms: int | None = None):
     options = [f"-c search_path={schema},public"] if schema else []
     if lock_timeout_ms is not None:
         options.append(f"-c lock_timeout={int(lock_timeout_ms)}")
-    named = {"application_name": worker_application_name(app)} if (app := _application_name(dsn)) else {}
+    named = {"application_name": worker_application_name(app)} if (app := dsn_application_name(dsn)) else {}
     conn = psycopg2.connect(dsn, options=" ".join(options) or None, **client_timeouts(dsn), **named)
     conn.autocommit = False
     return conn
@@ -349,7 +349,9 @@ def worker_application_name(app: str) -> str:
     return f"{app[:56]}/worker"
 
 
-def _application_name(dsn: str) -> str | None:
+def dsn_application_name(dsn: str) -> str | None:
+    """The ``application_name`` ``dsn`` names, or None (none named, or a DSN psycopg2
+    cannot parse: connecting reports that)."""
     from psycopg2.extensions import parse_dsn
 
     try:

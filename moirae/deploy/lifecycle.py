@@ -39,7 +39,7 @@ from typing import Any
 
 from psycopg2.extensions import make_dsn, parse_dsn
 
-from archive.exec_sink import worker_application_name
+from archive.exec_sink import dsn_application_name, worker_application_name
 from archive.schema import table_exists
 from moirae.base.errors import MoiraeError
 from moirae.ingest.sources import SourceRegistry
@@ -432,7 +432,7 @@ def footprint(spark: Any, db: Any, manager: Any, samples: int = 5, every_s: floa
     footprints taken after one deploy and undeploy."""
     queries = sorted(q.name or q.id for q in spark.streams.active) if spark is not None else []
     threads = sorted(f"{t.name} [{_owner(t)}]" for t in threading.enumerate())
-    app = parse_dsn(db.dsn).get("application_name") or application_name(db.schema)
+    app = dsn_application_name(db.dsn) or application_name(db.schema)
     worker_app = worker_application_name(app)
     held: dict[int, str] | None = None
     workers: set[int] = set()
