@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -490,14 +491,13 @@ def stop_order(flows: list) -> list:
     other reads) is stopped in it.
     """
     left, out = list(flows), []
-    while left:
-        reading = {}  # source -> the flows still running that read it without archiving it
-        for f in left:
-            for s in f.query.inputs:
-                if s not in {sh.stream for sh in f.shared}:
-                    reading.setdefault(s, []).append(f)
-        free = [f for f in left if not any(reading.get(sh.stream) for sh in f.shared)]
-        nxt = free[0] if free else left[0]
-        out.append(nxt)
-        left.remove(nxt)
+    archives = [{sh.stream for sh in f.shared} for f in left]
+    reads = [[s for s in f.query.inputs if s not in archives[i]] for i, f in enumerate(left)]
+    readers = Counter(s for r in reads for s in r)  # source -> flows still running that read it, not archiving it
+    order = list(range(len(left)))
+    while order:
+        nxt = next((i for i in order if not any(readers[s] for s in archives[i])), order[0])
+        readers.subtract(reads[nxt])
+        order.remove(nxt)
+        out.append(left[nxt])
     return out
