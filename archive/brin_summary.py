@@ -17,6 +17,11 @@ a pass reads the catalog and asks every present chunk's index, so at a quarter o
 short trigger, passes over nothing new were most of the summarizer's cost. One summarizer per stream in a process, and one pass
 at a time (two would queue on the index's lock); a summary that autovacuum is making
 meanwhile is left to it (the reader reads those pages unsummarized: correct, slower).
+
+Its owner stops it (:meth:`Summarizer.stop`). The thread holds its summarizer weakly:
+one its owner dropped without stopping it (nothing else holds it) ends at its next tick,
+so it never goes on summarizing for an owner that is gone, on a schema that may be gone
+with it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 
@@ -58,7 +64,7 @@ def restore_claimed(archiver, claims) -> None:
 class Summarizer:
     """Summarizes one stream's BRIN index on its present chunks every ``period`` seconds
     in a thread of its own (started by :meth:`start` or :meth:`ensure`, stopped by
-    :meth:`stop`), and on
+    :meth:`stop`, or ending by itself once nothing holds the summarizer), and on
     demand for a span (:meth:`now`). ``index`` names the index (a callable: it may change
     while the engine runs, :func:`archive.contributors.ensure_time_index`). ``written``
     (optional) returns a stamp of this process's writes to the stream; a background pass
@@ -140,8 +146,8 @@ class Summarizer:
     def _spawn(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._stop = threading.Event()  # a thread still ending keeps the one it was given
-            self._thread = threading.Thread(target=self._run, args=(self._stop,), name=f"moirae-brin-{self.stream}",
-                                            daemon=True)
+            self._thread = threading.Thread(target=_passes, args=(weakref.ref(self), self._stop, self.period),
+                                            name=f"moirae-brin-{self.stream}", daemon=True)
             self._thread.start()
 
     def due(self) -> bool:
@@ -155,21 +161,36 @@ class Summarizer:
             return True
         return False
 
-    def _run(self, stop: threading.Event) -> None:
-        logged = -1e9
-        while not stop.wait(self.period):
-            if not self.due():
-                self.stats["skipped"] += 1
-                continue
-            try:
-                self.run_once()
-            except Exception as exc:  # a reader summarizes on its own: count, log once a minute, go on
-                self.stats["errors"] += 1
-                if time.monotonic() - logged >= 60:
-                    logged = time.monotonic()
-                    log.warning("archive: summarizing the BRIN index of %r failed (%d failure(s) so far; the "
-                                "next pass retries): %s", self.stream, self.stats["errors"],
-                                " ".join(f"{exc}".split()))
+    def _tick(self, logged: float) -> float:
+        """One tick of the background thread: a pass if :meth:`due`. A failed pass is
+        counted and logged at most once a minute (``logged``: monotonic time of the last
+        such line; returned, updated)."""
+        if not self.due():
+            self.stats["skipped"] += 1
+            return logged
+        try:
+            self.run_once()
+        except Exception as exc:  # a reader summarizes on its own: count, log once a minute, go on
+            self.stats["errors"] += 1
+            if time.monotonic() - logged >= 60:
+                logged = time.monotonic()
+                log.warning("archive: summarizing the BRIN index of %r failed (%d failure(s) so far; the "
+                            "next pass retries): %s", self.stream, self.stats["errors"],
+                            " ".join(f"{exc}".split()))
+        return logged
 
     def status(self) -> dict:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in self.stats.items()}
+
+
+def _passes(ref: weakref.ref[Summarizer], stop: threading.Event, period: float) -> None:
+    """A summarizer's background thread: a tick every ``period`` seconds until ``stop``
+    is set, or until the summarizer is gone (``ref`` is weak: the thread alone does not
+    keep it, module doc)."""
+    logged = -1e9
+    while not stop.wait(period):
+        summarizer = ref()
+        if summarizer is None:
+            return
+        logged = summarizer._tick(logged)
+        del summarizer  # not held while waiting

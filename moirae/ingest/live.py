@@ -210,19 +210,22 @@ class EventFlow:
 
     def stop(self, grace: float | None = None) -> None:
         """Stop the query (and ANK-N's) between micro-batches, within ``grace`` seconds
-        (default ``spark.stop_grace``)."""
+        (default ``spark.stop_grace``). The window resolver's background summaries
+        stop on every way out, a failed stop of a streaming query too (raised after)."""
         grace = self.spark_settings.stop_grace.total_seconds() if grace is None else grace
-        if self.streaming is not None:
-            stop_between_batches(self.streaming, grace)
-            self.streaming = None
-        self.stopped = True
-        for sh in self.shared:  # the other event-queries' waits on what its read archived end now
-            self.sources.reader_stopped(sh.stream)
-        if self.ankn_streaming is not None:
-            stop_between_batches(self.ankn_streaming, grace)
-            self.ankn_streaming = None
-        if self.resolver is not None:
-            self.resolver.stop()
+        try:
+            if self.streaming is not None:
+                stop_between_batches(self.streaming, grace)
+                self.streaming = None
+            self.stopped = True
+            for sh in self.shared:  # the other event-queries' waits on what its read archived end now
+                self.sources.reader_stopped(sh.stream)
+            if self.ankn_streaming is not None:
+                stop_between_batches(self.ankn_streaming, grace)
+                self.ankn_streaming = None
+        finally:
+            if self.resolver is not None:
+                self.resolver.stop()
 
     def _put_polys(self, rows: list) -> None:
         """A batch's alert polynomials into ``ank_poly`` (keyed: a replay adds nothing)."""
