@@ -32,6 +32,22 @@ def engine(pg, tmp_path, monkeypatch):
     e.close()
 
 
+@pytest.fixture
+def resolver(engine):
+    """Makes resolvers over ``engine``'s archive, each stopped when the test ends (its
+    background summaries too), whatever the test's outcome."""
+    made: list[ArchiveResolver] = []
+
+    def make() -> ArchiveResolver:
+        made.append(ArchiveResolver(engine.archiver, SPEC, engine.sources.waits,
+                                    engine.settings.spark.trigger.total_seconds()))
+        return made[-1]
+
+    yield make
+    for r in made:
+        r.stop()
+
+
 def _append(engine, batch: int, rows: list[tuple[int, int, float]]) -> None:
     frame = pd.DataFrame({"ts": [T0 + timedelta(seconds=s) for s, _, _ in rows], "sid": [k for _, k, _ in rows],
                           "bw": [b for _, _, b in rows]})
@@ -49,10 +65,10 @@ def _digest(sid: int, ids: list[int], n: int | None = None) -> Digest:
     return Digest((sid,), micros(T0), micros(T0 + timedelta(seconds=10)), len(ids) if n is None else n, xor_ids(ids))
 
 
-def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
+def test_resolver_matches_removes_rereads_and_counts(engine, resolver, caplog):
     _append(engine, 0, [(s, s % 2, float(s)) for s in range(8)])
     _append(engine, 1, [(3, 1, 99.0)])  # arrives later, into sid 1's window
-    r = ArchiveResolver(engine.archiver, SPEC, engine.sources.waits, engine.settings.spark.trigger.total_seconds())
+    r = resolver()
     all1, early1 = _ids(engine, 1), _ids(engine, 1, (0,))
     got = r(SPEC, [_digest(0, _ids(engine, 0)), _digest(1, all1), _digest(1, early1)])
     assert sorted(i for i, _ in got[0]) == sorted(_ids(engine, 0))
@@ -89,12 +105,12 @@ def test_resolver_matches_removes_rereads_and_counts(engine, caplog):
     assert r.summaries._thread is None
 
 
-def test_values_come_from_the_resolving_read(engine, monkeypatch):
+def test_values_come_from_the_resolving_read(engine, resolver, monkeypatch):
     """A digest window's values (for its polynomial) come from the read that resolved the
     batch once the resolver knows the columns: no second read of the archive, and ids it
     did not read (another window's) still come from the archive, with the same values."""
     _append(engine, 0, [(s, s % 2, float(10 * s)) for s in range(8)])
-    r = ArchiveResolver(engine.archiver, SPEC, engine.sources.waits, engine.settings.spark.trigger.total_seconds())
+    r = resolver()
     ids0, ids1 = _ids(engine, 0), _ids(engine, 1)
     span = (T0, T0 + timedelta(seconds=10))
     with engine.db.connection() as conn, conn.cursor() as cur:
