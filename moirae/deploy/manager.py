@@ -406,10 +406,18 @@ class DeployManager:
 
     def stop(self) -> None:
         """Stop every event-query between micro-batches (:func:`stop_order`), then the
-        event worker."""
+        event worker. One whose stop fails does not keep the others running: each is
+        stopped, the failures logged, and the first raised once all were tried."""
+        failed: Exception | None = None
         for flow in stop_order(list(self.flows.values())):
-            flow.stop()
+            try:
+                flow.stop()
+            except Exception as exc:  # noqa: BLE001 - raised below, after the rest are stopped
+                log.error("deploy: stopping event-query %r failed: %s", flow.query.name, exc)
+                failed = failed or exc
         self.worker.stop()  # the events already handed over are processed (the sources still run)
+        if failed is not None:
+            raise failed
 
     def save_state(self) -> None:
         """Persist what must survive a restart besides the archive (similarity statistics)."""
@@ -417,7 +425,13 @@ class DeployManager:
             save_operator(self.db, name, op)
 
     def close(self) -> None:
-        self.stop()
+        """Stop, then release everything, a failed stop too (raised after)."""
+        try:
+            self.stop()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
         # the shutdown cancels every open task; their events' recall is interrupted, not
         # ended, so a restart resumes it (as after a crash); a user's cancel before this
         # point was recorded as the end

@@ -271,29 +271,35 @@ class Engine(MonitorMethods, RuleMethods, RetractMethods, PatternMethods):
         self.supervisor.reset()  # stopped: nothing to resume; the next start's queries are new
         for name in self.sources.by_name:
             self.sources.watermark(name)  # remember the last watermarks before the queries go
-        self.deploy.stop()
-        # the Recall Manager's periodic jobs stop with the engine (start runs them again): left
-        # running, a job falling due while the interpreter exits was submitted to a pool already
-        # shut down, an APScheduler traceback on stderr (recall/periodic.py)
-        self.deploy.periodic.shutdown()
-        self.sources.stop(self.settings.spark.stop_grace.total_seconds())
-        self.maintenance.stop()
-        self.alerts.stop()
-        self._metrics_tap.stop()
-        clear_engine_collector(self._metrics)
-        self.sources.started = False
+        try:
+            self.deploy.stop()  # every event-query is tried; a failed stop is raised after the rest below
+        finally:
+            # the Recall Manager's periodic jobs stop with the engine (start runs them again): left
+            # running, a job falling due while the interpreter exits was submitted to a pool already
+            # shut down, an APScheduler traceback on stderr (recall/periodic.py)
+            self.deploy.periodic.shutdown()
+            self.sources.stop(self.settings.spark.stop_grace.total_seconds())
+            self.maintenance.stop()
+            self.alerts.stop()
+            self._metrics_tap.stop()
+            clear_engine_collector(self._metrics)
+            self.sources.started = False
 
     def close(self) -> None:
         """Stop (if started) and release everything: recall, connections. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self.started:
-            self.stop()
-        if self._rules is not None:
-            self._rules.close()
-        self.deploy.close()
-        self.archiver.close()
+        try:
+            if self.started:
+                self.stop()
+        finally:  # a failed stop (raised) still releases everything
+            if self._rules is not None:
+                self._rules.close()
+            try:
+                self.deploy.close()
+            finally:
+                self.archiver.close()
 
     # -- maintenance -----------------------------------------------------------------
 
