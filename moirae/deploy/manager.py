@@ -405,19 +405,31 @@ class DeployManager:
         self._start_flow(flow)
 
     def stop(self) -> None:
-        """Stop every event-query between micro-batches (:func:`stop_order`), then the
-        event worker. One whose stop fails does not keep the others running: each is
-        stopped, the failures logged, and the first raised once all were tried."""
-        failed: Exception | None = None
-        for flow in stop_order(list(self.flows.values())):
+        """Stop every event-query between micro-batches, then the event worker. The
+        queries of a wave (:func:`stop_waves`) stop together, each waiting for its own
+        micro-batch to end (up to its grace), so a backlogged engine stops in about one
+        grace per wave, not one per query. One whose stop fails does not keep the others
+        running: each is stopped, the failures logged, and the first raised once all
+        were tried."""
+        failed: list[Exception] = []
+
+        def stop(flow: EventFlow) -> None:
             try:
                 flow.stop()
             except Exception as exc:  # noqa: BLE001 - raised below, after the rest are stopped
                 log.error("deploy: stopping event-query %r failed: %s", flow.query.name, exc)
-                failed = failed or exc
+                failed.append(exc)
+
+        for wave in stop_waves(list(self.flows.values())):
+            threads = [threading.Thread(target=stop, args=(f,), name=f"moirae-stop-{f.query.name}") for f in wave[1:]]
+            for t in threads:
+                t.start()
+            stop(wave[0])  # the wave's first in this thread, the rest beside it
+            for t in threads:
+                t.join()
         self.worker.stop()  # the events already handed over are processed (the sources still run)
-        if failed is not None:
-            raise failed
+        if failed:
+            raise failed[0]
 
     def save_state(self) -> None:
         """Persist what must survive a restart besides the archive (similarity statistics)."""
@@ -494,24 +506,30 @@ class DeployManager:
         return {"event_queries": flows, "event_worker": worker}
 
 
-def stop_order(flows: list) -> list:
-    """The order to stop ``flows`` (:class:`~moirae.ingest.live.EventFlow`) in: an
-    event-query whose read archives a source (:mod:`archive.shared`) after every other
-    one that reads that source. Each read's last micro-batches then still find their
-    windows' source tuples archived (the archive wait, :mod:`moirae.ingest.archive_waits`,
-    ends at once for a source no longer archived, and the window digests would resolve
-    to the part archived before its archiving read stopped, committed with the batch).
-    Otherwise the deployment order; a cycle (two reads, each archiving a source the
-    other reads) is stopped in it.
+def stop_waves(flows: list) -> list[list]:
+    """``flows`` (:class:`~moirae.ingest.live.EventFlow`) in waves to stop, each wave's
+    together: an event-query whose read archives a source (:mod:`archive.shared`) in a
+    later wave than every other one that reads that source. Each read's last
+    micro-batches then still find their windows' source tuples archived (the archive
+    wait, :mod:`moirae.ingest.archive_waits`, ends at once for a source no longer
+    archived, and the window digests would resolve to the part archived before its
+    archiving read stopped, committed with the batch). Within a wave, the deployment
+    order; a cycle (two reads, each archiving a source the other reads) is broken by
+    stopping its first deployed read alone.
     """
-    left, out = list(flows), []
-    archives = [{sh.stream for sh in f.shared} for f in left]
-    reads = [[s for s in f.query.inputs if s not in archives[i]] for i, f in enumerate(left)]
+    archives = [{sh.stream for sh in f.shared} for f in flows]
+    reads = [[s for s in f.query.inputs if s not in archives[i]] for i, f in enumerate(flows)]
     readers = Counter(s for r in reads for s in r)  # source -> flows still running that read it, not archiving it
-    order = list(range(len(left)))
-    while order:
-        nxt = next((i for i in order if not any(readers[s] for s in archives[i])), order[0])
-        readers.subtract(reads[nxt])
-        order.remove(nxt)
-        out.append(left[nxt])
-    return out
+    left, waves = list(range(len(flows))), []
+    while left:
+        wave = [i for i in left if not any(readers[s] for s in archives[i])] or left[:1]
+        for i in wave:
+            readers.subtract(reads[i])
+            left.remove(i)
+        waves.append([flows[i] for i in wave])
+    return waves
+
+
+def stop_order(flows: list) -> list:
+    """:func:`stop_waves` one after another: an order to stop ``flows`` in one by one."""
+    return [f for wave in stop_waves(flows) for f in wave]

@@ -1,6 +1,6 @@
 """Stopping the engine while several event-queries read a source one of them archives
 (:mod:`archive.shared`): the other reads stop first, so every window they resolve still
-finds its source tuples archived (:func:`moirae.deploy.manager.stop_order`); a read that
+finds its source tuples archived (:func:`moirae.deploy.manager.stop_waves`); a read that
 runs on after the archiving one stopped says so when its windows come up short
 (:meth:`moirae.ingest.archive_waits.ArchiveWaits.stopped_short`)."""
 
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from moirae.deploy.manager import stop_order
+from moirae.deploy.manager import stop_order, stop_waves
 from tests.engine_factory import make_engine
 from tests.moirae.scenario_small import wait
 
@@ -73,7 +73,9 @@ def test_stop_order_puts_each_archiving_read_after_the_other_reads_of_its_source
     def order(*flows):
         return [f.name for f in stop_order(list(flows))]
 
-    assert order(_Flow("a", ["m"], ("m",)), _Flow("b", ["m"]), _Flow("c", ["u"], ("u",))) == ["b", "a", "c"]
+    assert order(_Flow("a", ["m"], ("m",)), _Flow("b", ["m"]), _Flow("c", ["u"], ("u",))) == ["b", "c", "a"]
+    waves = stop_waves([_Flow("a", ["m"], ("m",)), _Flow("b", ["m"]), _Flow("c", ["u"], ("u",)), _Flow("d", ["m"])])
+    assert [[f.name for f in w] for w in waves] == [["b", "c", "d"], ["a"]]  # a's readers together, before it
     assert order(_Flow("a", ["m"], ("m",)), _Flow("b", ["m", "u"], ("u",)), _Flow("c", ["u"])) == ["c", "b", "a"]
     assert order(_Flow("a", ["m"]), _Flow("b", ["u"])) == ["a", "b"]  # no shared read: as deployed
     # a cycle (each archives what the other reads) cannot be ordered: as deployed
