@@ -18,6 +18,7 @@ only those import ``pyspark``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 
 class Archiver(ChunkStore):
     """The PostgreSQL chunk store. Thread-safe: Spark's foreachBatch callbacks of several
@@ -64,6 +67,11 @@ class Archiver(ChunkStore):
         #: where the flags of rows marked bad come from (archive.row_flags; set by the engine):
         #: history-queries read a flagged stream through them
         self.row_flags: RowFlags | None = None
+        #: per stream, what brings the BRIN summaries of its chunks in an event-time span up
+        #: to date (``Summarizer.now`` of :mod:`archive.brin_summary`, registered by the
+        #: stream's live window reader, moirae.ingest.window_provenance): a history-query
+        #: reaching the stream's present chunks calls it first (:meth:`run_history_query`)
+        self.summarizers: dict[str, Callable[[datetime, datetime], int]] = {}
 
     # -- connections -------------------------------------------------------------------
 
@@ -265,9 +273,42 @@ class Archiver(ChunkStore):
                           conn: Any = None, timeout_ms: int | None = None,
                           flags: RowFlags | None = None) -> pd.DataFrame:
         """:meth:`ChunkStore.run_history_query`, every stream read through its flags:
-        ``flags`` if given (a re-evaluation under other flags), else :attr:`row_flags`."""
+        ``flags`` if given (a re-evaluation under other flags), else :attr:`row_flags`.
+        The BRIN summaries of the present chunks it reads are brought up to date first
+        (:meth:`summarize_for`)."""
+        self.summarize_for(query.streams, chunk_id)
         return history.run(self.catalog, query, params, chunk_id, conn, timeout_ms,
                            self.reference_refs(query.references), self.row_flags if flags is None else flags)
+
+    def summarize_for(self, streams: Iterable[str], chunk_id: int) -> int:
+        """Bring up to date the BRIN summaries of the chunks of task interval ``chunk_id``
+        of each of ``streams`` that has a summarizer (:attr:`summarizers`), unless the
+        interval ends at or before the stream's horizon (no present chunk there); returns
+        the page ranges summarized.
+
+        A present chunk's pages written since the last summary are unsummarized, and a
+        BRIN scan reads every one of them (:mod:`archive.contributors`): without this, a
+        history-query over one chunk (M 4.3) pinned to a key of a clustered stream
+        (``h.sid = :sid``, archive.history_plan) reads, besides its key's ranges, every
+        page written since the summarizer's last pass, rows still being written among
+        them. Summaries only let a scan skip ranges: the rows read are the same. A
+        summarizer that fails is logged and the query runs without it (correct, slower)."""
+        streams = tuple(streams)
+        todo = [s for s in streams if s in self.summarizers]
+        if not todo:
+            return 0
+        lo, hi = chunks.task_grid(self.catalog, streams).bounds(chunk_id)
+        done = 0
+        for s in todo:
+            horizon = self.catalog.horizon(s)
+            if horizon is not None and hi <= horizon:
+                continue
+            try:
+                done += self.summarizers[s](lo, hi - timedelta(microseconds=1))  # its span's last instant
+            except Exception as exc:  # noqa: BLE001 - only the read's speed depends on it
+                log.warning("archive: summarizing the BRIN index of %r before a history-query failed (the query "
+                            "reads its unsummarized pages): %s", s, " ".join(f"{exc}".split()))
+        return done
 
     def reference_refs(self, names: Iterable[str]) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
         """``(name, physical table, columns)`` of reference tables, as :func:`archive.history.render` takes them."""

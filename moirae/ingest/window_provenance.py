@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -43,6 +44,18 @@ log = logging.getLogger(__name__)
 MISSES_BEFORE_NO_REREAD = 3
 
 
+def _weak_now(summaries: Summarizer):
+    """``summaries.now`` that does not keep ``summaries`` alive (a dropped resolver's
+    summarizer still ends its passes, archive.brin_summary); 0 once it is gone."""
+    ref = weakref.ref(summaries)
+
+    def now(lo: datetime, hi: datetime) -> int:
+        s = ref()
+        return 0 if s is None else s.now(lo, hi)
+
+    return now
+
+
 class ArchiveResolver:
     """Resolves one event-query's window digests against the archive."""
 
@@ -59,6 +72,11 @@ class ArchiveResolver:
         #: (archive.brin_summary), from when the query starts
         self.summaries = Summarizer(archiver, spec.stream, lambda: time_index(archiver, spec.stream), trigger_s / 4,
                                     written=lambda: waits.written(spec.stream))
+        #: a history-query over the stream's present chunks (a Recall's) brings their
+        #: summaries up to date through the same summarizer first, one pass at a time
+        #: (archive.archiver.Archiver.summarize_for)
+        if isinstance(getattr(archiver, "summarizers", None), dict):
+            archiver.summarizers[spec.stream] = _weak_now(self.summaries)
         self._lock = threading.Lock()
         #: windows resolved; read again after waiting; tuples removed as dropped by Spark;
         #: windows left unmatched; seconds waiting for the archive to reach the windows'
