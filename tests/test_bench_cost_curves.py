@@ -197,3 +197,14 @@ def test_the_rate_target_is_capped_by_plain_spark_s_own_ratio_in_each_round():
     unsat = with_plain(_data([(1, 100_000), (8, 36_000)], [1.2], [1.1]), [0.25, 0.3])
     unsat["queries"]["plain"][1]["saturated_by_round"] = [True, False]
     assert cc.targets(unsat)[0]["met"] is None  # the ceiling a lower bound: a met verdict it would bias
+
+
+def test_the_recall_manager_s_part_is_reported_beside_time_to_first_history():
+    data = _data([(1, 100_000), (8, 60_000)], [1.2, 1.4], [1.1, 1.05])
+    data["open"]["points"] = [{"open": n, "by_round": [{"median_s": 0.02, "first_result_median_s": a},
+                                                       {"median_s": 0.02, "first_result_median_s": b}]}
+                              for n, a, b in ((10, 0.005, 0.006), (1000, 0.010, 0.006))]
+    part = [t for t in cc.targets(data) if "Recall Manager's part" in t["what"]]
+    assert len(part) == 1 and part[0]["measured"] == "2.00, 1.00" and part[0]["met"] is None
+    del data["open"]["points"][0]["by_round"][0]["first_result_median_s"]  # a result from before it was recorded
+    assert not [t for t in cc.targets(data) if "Recall Manager's part" in t["what"]]

@@ -675,8 +675,9 @@ def targets(data: dict) -> list[dict]:
     out.append(target(f"cost curve: time to first history, {lo} to {hi} open recall tasks (largest median over "
                       "smallest, by round)", f"<= {FLAT_GOAL}x", ", ".join(f"{x:.2f}" for x in flat),
                       verdict(flat, FLAT_GOAL, at_least=False)))
-    rounds = [{p["open"]: p["by_round"][i] for p in o["points"]} for i in range(len(o["points"][0]["by_round"]))]
-    if all("first_result_median_s" in x for r in rounds for x in r.values()):
+    rounds = ([{p["open"]: p["by_round"][i] for p in o["points"]} for i in range(len(o["points"][0]["by_round"]))]
+              if all("by_round" in p for p in o["points"]) else [])
+    if rounds and all("first_result_median_s" in x for r in rounds for x in r.values()):
         part = flatness(rounds, "first_result_median_s")
         out.append(target(f"cost curve: the Recall Manager's part of it, submit to first result, {lo} to {hi} open "
                           "tasks (largest median over smallest, by round)", "reported",
