@@ -424,7 +424,8 @@ def footprint(spark: Any, db: Any, manager: Any, samples: int = 5, every_s: floa
     Manager's worker connections (at most ``recall.max_concurrent``) are not counted.
     Those Spark's Python workers keep (named by
     :func:`archive.exec_sink.worker_application_name`) are counted apart, as
-    ``pg_worker_sessions``: Spark starts, retires and replaces its workers on its own.
+    ``pg_worker_sessions``: Spark starts, retires and replaces its workers on its own,
+    so ``python_workers`` is the most workers seen at any of the samples.
     The monitors still running open and close connections all the time, so only
     sessions present in each of ``samples`` looks, ``every_s`` apart, count: a held
     (leaked) one is in all of them. Connections made lazily once per engine (the event
@@ -435,6 +436,7 @@ def footprint(spark: Any, db: Any, manager: Any, samples: int = 5, every_s: floa
     app = dsn_application_name(db.dsn) or application_name(db.schema)
     worker_app = worker_application_name(app)
     held: dict[int, str] | None = None
+    running = 0  # Python workers, the most seen at any sample
     workers: set[int] = set()
     for i in range(max(1, samples)):
         if i:
@@ -450,12 +452,13 @@ def footprint(spark: Any, db: Any, manager: Any, samples: int = 5, every_s: floa
             kept = {pid for pid, *_, worker in rows if worker}
         workers = kept if held is None else workers & kept
         held = now if held is None else {pid: d for pid, d in now.items() if pid in held}
+        running = max(running, python_workers())  # a worker Spark retires meanwhile held its session at a sample
     registered = {d.operator for d in manager.descriptions()}
     open_tasks = [t for t in manager.tasks() if t.ended_at is None]
     orphans = sorted(f"{t.task_id} {t.operator}" for t in open_tasks if t.operator not in registered)
     return {"spark_queries": queries, "threads": threads, "pg_sessions": len(held or {}),
             "pg_detail": sorted((held or {}).values()), "pg_worker_sessions": len(workers), "open_tasks": orphans, "open_tasks_all": len(open_tasks),
-            "python_workers": python_workers()}
+            "python_workers": running}
 
 
 def python_workers() -> int:
